@@ -1,0 +1,110 @@
+"""The `hedgespec` command line."""
+import argparse
+import json
+import sys
+
+from hedgespec.config import load_config
+
+DEMO_PROMPT = ("Rewrite the following sentence in the past tense, then explain the change: "
+               "'The committee reviews every proposal carefully before it votes on the budget.'")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hedgespec", description="Speculative decoding with a pool of drafters")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser("prepare", help="download and convert the SmolLM2 target into the cache")
+
+    gen = commands.add_parser("generate", help="generate text in-process for one prompt")
+    gen.add_argument("--prompt", default=DEMO_PROMPT)
+    gen.add_argument("--raw", action="store_true", help="plain text prompt, no chat template")
+    _add_engine_args(gen)
+    _add_sampling_args(gen)
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--no-spec", action="store_true", help="target-only decoding")
+    gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+
+    bench = commands.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    speed = bench.add_parser("speed", help="target-only vs speculative decoding on the same prompts, one run")
+    _add_engine_args(speed)
+    _add_sampling_args(speed)
+    speed.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
+    speed.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    speed.add_argument("--json", help="also write the results to this JSON file")
+
+    args = parser.parse_args(argv)
+    if args.command == "prepare":
+        from hedgespec.models import smollm2
+        from hedgespec.paths import cache_dir
+        print(smollm2.prepare(cache_dir()))
+        return 0
+    config = _engine_config(args)
+    if args.command == "generate":
+        return _generate(args, config)
+    from hedgespec.bench import speed as speed_bench
+    return speed_bench.main(config, _sampling(args), args.max_tokens, args.seed, args.prompts, args.limit, args.json)
+
+
+def _add_engine_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="engine config YAML (an engine document or a Serve config)")
+    parser.add_argument("--target", help="override the target model ('smollm2', 'tiny:SEED' or a folder)")
+    parser.add_argument("--k", type=int, help="draft tokens per round")
+    parser.add_argument("--selector", help="selector name (see configs/)")
+    parser.add_argument("--drafter", help="drafter for --selector fixed, primary for --selector rule")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+
+
+def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _engine_config(args):
+    config = load_config(args.config)
+    target = config.target.model_copy(update={"model": args.target}) if args.target else config.target
+    selector = config.selector
+    if args.selector or args.drafter:
+        fields = selector.model_dump() | {k: v for k, v in (("name", args.selector), ("drafter", args.drafter)) if v}
+        selector = type(selector).model_validate(fields)
+    fields = config.model_dump() | {"target": target.model_dump(), "selector": selector.model_dump()}
+    fields |= {k: v for k, v in (("k", args.k), ("threads", args.threads)) if v is not None}
+    return type(config).model_validate(fields)
+
+
+def _sampling(args):
+    from hedgespec.sampling import Sampling
+    return Sampling(args.temperature, args.top_k, args.top_p)
+
+
+def _generate(args, config) -> int:
+    from hedgespec.engine import Engine
+    engine = Engine(config)
+    stream = None if args.json else (lambda delta: print(delta, end="", flush=True))
+    gen = engine.generate(args.prompt, args.max_tokens, _sampling(args), args.seed, tuple(args.stop),
+                          chat=not args.raw, speculate=not args.no_spec, on_text=stream)
+    if args.json:
+        print(json.dumps(generation_summary(gen)))
+    else:
+        print(f"\n[{len(gen.tokens)} tokens, {gen.target_forwards} target forwards, MAT {gen.mat:.2f}, "
+              f"{len(gen.tokens) / gen.seconds:.1f} tokens/s]", file=sys.stderr)
+    return 0
+
+
+def generation_summary(gen) -> dict:
+    drafted = sum(r.drafted for r in gen.rounds)
+    by_drafter: dict[str, int] = {}
+    for r in gen.rounds:
+        key = r.drafter or "none"
+        by_drafter[key] = by_drafter.get(key, 0) + 1
+    return {"text": gen.text, "tokens": gen.tokens, "finish_reason": gen.finish_reason,
+            "rounds": len(gen.rounds), "target_forwards": gen.target_forwards, "mat": gen.mat,
+            "drafted": drafted, "accepted": sum(r.accepted for r in gen.rounds),
+            "rounds_by_drafter": by_drafter, "seconds": gen.seconds,
+            "tokens_per_s": len(gen.tokens) / gen.seconds if gen.seconds else 0.0}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Typed, strict configuration shared by the CLI, the benchmarks and serve_config.yaml.
+
+Every model rejects unknown keys, so a typo in a YAML file is an error, not a silently ignored
+setting. A file is either an engine config document or a Ray Serve config whose first
+application's `args` hold one.
+"""
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetConfig(Strict):
+    model: str = Field("smollm2", description="'smollm2', 'tiny:SEED[:LAYERS]' or a Hugging Face model folder")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+
+
+class DrafterConfig(Strict):
+    name: str = Field(min_length=1)
+    kind: Literal["lm", "prompt_lookup"]
+    model: str | None = Field(None, description="lm: a model name as for the target, sharing its tokenizer")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_ngram: int = Field(3, ge=1, le=16, description="prompt_lookup: longest n-gram matched")
+    min_ngram: int = Field(1, ge=1, le=16, description="prompt_lookup: sleeps unless a match has this many tokens")
+
+    @model_validator(mode="after")
+    def _kind_fields(self):
+        if self.kind == "lm" and not self.model:
+            raise ValueError(f"drafter {self.name!r}: kind 'lm' needs a model")
+        if self.kind == "prompt_lookup" and self.min_ngram > self.max_ngram:
+            raise ValueError(f"drafter {self.name!r}: min_ngram > max_ngram")
+        return self
+
+
+class SelectorConfig(Strict):
+    name: Literal["fixed", "hedgespec", "hedgespec-sleeping", "hedge", "ucbspec", "exp3spec", "rule"] = "hedgespec"
+    loss: Literal["eal", "tap"] = "eal"
+    estimator: Literal["corrected", "paper"] = "corrected"
+    delay: Literal["queue", "bold"] = "queue"
+    act: Literal["argmax", "sample"] = "argmax"
+    warm_start: bool = False
+    drafter: str | None = Field(None, description="fixed: the drafter; rule: the primary (used when awake)")
+    fallback: str | None = Field(None, description="rule: the drafter used when the primary sleeps")
+    delta: float = Field(0.05, gt=0, lt=1, description="ucbspec: confidence parameter")
+
+    @model_validator(mode="after")
+    def _named_drafters(self):
+        if self.name == "fixed" and not self.drafter:
+            raise ValueError("selector 'fixed' needs `drafter`")
+        if self.name == "rule" and not (self.drafter and self.fallback):
+            raise ValueError("selector 'rule' needs `drafter` (primary) and `fallback`")
+        return self
+
+
+def default_pool() -> list[DrafterConfig]:
+    return [DrafterConfig(name="prompt-lookup", kind="prompt_lookup", max_ngram=3, min_ngram=1)]
+
+
+class EngineConfig(Strict):
+    target: TargetConfig = TargetConfig()
+    drafters: list[DrafterConfig] = Field(default_factory=default_pool)
+    k: int = Field(5, ge=1, le=16, description="draft tokens per round")
+    selector: SelectorConfig = SelectorConfig()
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+
+    @model_validator(mode="after")
+    def _unique_names(self):
+        names = [d.name for d in self.drafters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"drafter names must be unique: {names}")
+        for name in (self.selector.drafter, self.selector.fallback):
+            if name is not None and name not in names:
+                raise ValueError(f"selector names drafter {name!r}, which is not in the pool {names}")
+        return self
+
+
+def load_config(path: str | Path | None) -> EngineConfig:
+    """An engine config from a YAML file (engine document or Serve config), or the default."""
+    if path is None:
+        return EngineConfig()
+    document = yaml.safe_load(Path(path).read_text()) or {}
+    if "applications" in document:
+        document = document["applications"][0].get("args", {}).get("engine", {})
+    return EngineConfig.model_validate(document)

@@ -1,0 +1,118 @@
+"""Losses from gamma/ratio rows, and their delivery once complete (delayed feedback).
+
+One row per committed position s holds, for each of the N drafters, gamma_s (one-step acceptance
+probability), a_s (likelihood ratio of the committed token) and whether the drafter was awake.
+
+- TAP: l_s = 1 - gamma_s, complete as soon as position s is.
+- EAL: l_s = 1 - AL_s / (K+1), where AL_s is the expected tokens committed by a K-draft round
+  starting at s. It needs rows s..s+K-1, so it is delivered K-1 positions late. Two estimators:
+  "paper":     AL_s = 1 + g_s + g_s g_{s+1} + ... + g_s...g_{s+K-1}
+  "corrected": AL_s = 1 + g_s + a_s g_{s+1} + ... + (a_s...a_{s+K-2}) g_{s+K-1}
+  The paper's is exact only for greedy decoding or K = 1: under sampling, accepted drafts follow
+  min(p, q)/gamma, not p, so the target's own trajectory must be reweighted by a = min(1, q/p)
+  to stand for them. Both lie in [1, K+1].
+"""
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LOSSES = ("eal", "tap")
+ESTIMATORS = ("corrected", "paper")
+
+
+def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(choices)}")
+    return value
+
+
+def acceptance_length(gamma: np.ndarray, ratio: np.ndarray, estimator: str = "corrected") -> np.ndarray:
+    """AL_s per drafter from the [K, N] rows of positions s..s+K-1."""
+    check_choice(estimator, ESTIMATORS, "estimator")
+    carry = gamma if estimator == "paper" else ratio
+    # reach[j] = chance the round still drafts at step j: the product of the carries before it.
+    reach = np.cumprod(np.vstack([np.ones_like(gamma[:1]), carry[:-1]]), axis=0)
+    return 1.0 + (reach * gamma).sum(axis=0)
+
+
+def eal_loss(gamma: np.ndarray, ratio: np.ndarray, estimator: str = "corrected") -> np.ndarray:
+    return 1.0 - acceptance_length(gamma, ratio, estimator) / (len(gamma) + 1)
+
+
+@dataclass(frozen=True)
+class MaturedLoss:
+    """The complete loss vector of one committed position, as handed to a learner."""
+    position: int
+    losses: np.ndarray  # [N], in [0, 1]
+    awake: np.ndarray  # [N] bool: who was awake at `position`; the others take no part
+    delay: int  # pushes after its own that it waited for
+
+
+@dataclass(frozen=True)
+class RoundFeedback:
+    """What a selector learns from one round.
+
+    Full-information selectors read `matured`; bandits read only `chosen` and `committed`.
+    Positions in `matured` count the tokens committed by this query's rounds from 0, as
+    DelayedLosses numbers them. chosen = None: no drafter drafted (none was awake), so the
+    target committed alone; with committed = 0 as well, the call only delivers feedback (the
+    final flush) and no round was played.
+    """
+    chosen: int | None
+    committed: int
+    k: int
+    matured: list[MaturedLoss] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not 0 <= self.committed <= self.k + 1:
+            raise ValueError(f"committed={self.committed} outside [0, k+1={self.k + 1}]")
+
+
+class DelayedLosses:
+    """Turns rows pushed in position order into loss vectors delivered once, in order, when complete.
+
+    One instance per generation. A drafter asleep at a position proposes nothing there, so its gamma
+    and ratio count as 0 inside any window (a round cannot go on through a missing draft); asleep at
+    the window start it is excluded by the `awake` row and its (finite) loss is never used.
+    """
+
+    def __init__(self, n_drafters: int, k: int, loss: str = "eal", estimator: str = "corrected"):
+        if n_drafters < 0 or k < 1:  # an empty pool (target-only decoding) just never pushes
+            raise ValueError(f"need n_drafters >= 0 and k >= 1, got {n_drafters} and {k}")
+        self.n = n_drafters
+        self.k = k
+        self.loss = check_choice(loss, LOSSES, "loss")
+        self.estimator = check_choice(estimator, ESTIMATORS, "estimator")
+        self.window = k if loss == "eal" else 1
+        self.rows: deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = deque()
+        self.pushed = 0
+        self.max_delay = 0  # the longest any delivered loss waited, in positions
+
+    def push(self, gamma_row: np.ndarray, ratio_row: np.ndarray, awake_row: np.ndarray) -> list[MaturedLoss]:
+        row = (np.asarray(gamma_row, dtype=float), np.asarray(ratio_row, dtype=float), np.asarray(awake_row, dtype=bool))
+        if any(x.shape != (self.n,) for x in row):
+            raise ValueError(f"rows must have shape ({self.n},)")
+        self.rows.append(row)
+        self.pushed += 1
+        return [self._deliver()] if len(self.rows) == self.window else []
+
+    def flush(self) -> list[MaturedLoss]:
+        """End of generation: deliver what is left, with gamma beyond the end taken as 0."""
+        return [self._deliver() for _ in range(len(self.rows))]
+
+    def _deliver(self) -> MaturedLoss:
+        gamma = np.zeros((self.window, self.n))
+        ratio = np.zeros((self.window, self.n))
+        for j, (g, a, awake) in enumerate(self.rows):
+            gamma[j] = np.where(awake, g, 0.0)
+            ratio[j] = np.where(awake, a, 0.0)
+        if self.loss == "tap":
+            losses = 1.0 - gamma[0]
+        else:
+            losses = eal_loss(gamma, ratio, self.estimator)
+        position = self.pushed - len(self.rows)
+        awake = self.rows.popleft()[2]
+        delay = self.pushed - 1 - position
+        self.max_delay = max(self.max_delay, delay)
+        return MaturedLoss(position, np.clip(losses, 0.0, 1.0), awake, delay)

@@ -1,0 +1,65 @@
+"""The small interfaces the decode loop is written against.
+
+The in-process engine passes plain objects; the Ray deployments pass adapters around deployment
+handles that satisfy the same protocols, so `engine.decode` never knows where it runs.
+"""
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from hedgespec.sampling import Sampling
+
+
+@dataclass
+class Draft:
+    """Up to K proposed tokens. `probs[i]` is the processed distribution `tokens[i]` was drawn from;
+    None means point masses (a deterministic drafter such as prompt lookup)."""
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+
+
+@dataclass
+class Verified:
+    """What one target forward committed.
+
+    Row i of `probs` / `hidden` belongs to the position that produced `tokens[i]`: the target's
+    processed distribution there and its last hidden state (the feature EAGLE-style drafters read).
+    """
+    tokens: list[int]
+    accepted: int
+    probs: torch.Tensor
+    hidden: torch.Tensor
+
+
+@dataclass
+class Observation:
+    """A drafter's view of committed positions: its processed distribution at each one and whether
+    it would have proposed there at all (an abstaining drafter is asleep; its row is zero)."""
+    probs: torch.Tensor
+    awake: torch.Tensor
+
+
+class Target(Protocol):
+    def prefill(self, request_id: str, tokens: list[int], sampling: Sampling, seed: int) -> torch.Tensor:
+        """Cache the prompt; returns the hidden states of tokens[:-1] (tokens[-1] is fed by the first verify)."""
+
+    def verify(self, request_id: str, draft: Draft) -> Verified: ...
+
+    def release(self, request_id: str) -> None: ...
+
+
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, request_id: str, tokens: list[int], hidden: torch.Tensor, sampling: Sampling, seed: int) -> None: ...
+
+    def ready(self, request_id: str) -> bool:
+        """Whether it has a proposal now (cheap): abstaining drafters sleep when they have none."""
+
+    def propose(self, request_id: str, k: int) -> Draft: ...
+
+    def observe(self, request_id: str, verified: Verified) -> Observation:
+        """Consume the committed tokens (staying in sync) and return its view of those positions."""
+
+    def release(self, request_id: str) -> None: ...

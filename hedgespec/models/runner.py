@@ -1,0 +1,48 @@
+"""A Hugging Face causal LM with one KV cache per request that can be rolled back.
+
+Speculative decoding feeds drafts that may be rejected, so both the target and LM drafters need
+to append a block of tokens in one forward and later cut the cache back to the committed length.
+"""
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class CachedLM:
+    def __init__(self, model: PreTrainedModel):
+        self.model = model.eval()
+        self.decoder = model.get_decoder()
+        self.head = model.get_output_embeddings()
+        self.vocab = self.head.weight.shape[0]
+        self.max_length = getattr(model.config, "max_position_embeddings", None)
+        self.device = next(model.parameters()).device
+        self.caches: dict[str, DynamicCache] = {}
+
+    def start(self, request_id: str) -> None:
+        self.caches[request_id] = DynamicCache(config=self.model.config)
+
+    def length(self, request_id: str) -> int:
+        return self.caches[request_id].get_seq_length()
+
+    @torch.inference_mode()
+    def forward(self, request_id: str, tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append `tokens` to the request's cache; returns float32 logits [n, V] and the last
+        hidden states [n, H] (after the final norm, i.e. what the output head reads)."""
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        out = self.decoder(input_ids=ids, past_key_values=self.caches[request_id], use_cache=True)
+        hidden = out.last_hidden_state[0]
+        # verification and evaluation are small CPU-side work; on a GPU this is one copy per round
+        return self.head(hidden).float().cpu(), hidden.cpu()
+
+    def crop(self, request_id: str, length: int) -> None:
+        """Forget every cached position at or after `length`."""
+        extra = self.length(request_id) - length
+        assert extra >= 0, f"cannot grow a cache by cropping ({length} > {self.length(request_id)})"
+        if extra:
+            self.caches[request_id].crop(-extra)
+
+    def release(self, request_id: str) -> None:
+        self.caches.pop(request_id, None)
+
+    @property
+    def active(self) -> int:
+        return len(self.caches)

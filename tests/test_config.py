@@ -1,0 +1,33 @@
+"""Typed configs reject what they do not know, and the shipped YAML files validate."""
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from hedgespec.config import EngineConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_unknown_keys_are_rejected():
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        EngineConfig.model_validate({"k": 4, "speculation_length": 4})
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        EngineConfig.model_validate({"target": {"model": "smollm2", "precision": "fp32"}})
+
+
+def test_invariants_are_checked():
+    with pytest.raises(ValidationError, match="unique"):
+        EngineConfig.model_validate({"drafters": [{"name": "a", "kind": "prompt_lookup"}] * 2})
+    with pytest.raises(ValidationError, match="needs a model"):
+        EngineConfig.model_validate({"drafters": [{"name": "a", "kind": "lm"}]})
+    with pytest.raises(ValidationError, match="not in the pool"):
+        EngineConfig.model_validate({"selector": {"name": "fixed", "drafter": "ghost"}})
+    with pytest.raises(ValidationError):
+        EngineConfig.model_validate({"k": 0})
+
+
+@pytest.mark.parametrize("path", [p for p in sorted((ROOT / "configs").glob("*.yaml")) + [ROOT / "serve_config.yaml"] if p.exists()],
+                         ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    assert isinstance(load_config(path), EngineConfig)

@@ -94,16 +94,8 @@ def _generate(args, config) -> int:
 
 
 def generation_summary(gen) -> dict:
-    drafted = sum(r.drafted for r in gen.rounds)
-    by_drafter: dict[str, int] = {}
-    for r in gen.rounds:
-        key = r.drafter or "none"
-        by_drafter[key] = by_drafter.get(key, 0) + 1
-    return {"text": gen.text, "tokens": gen.tokens, "finish_reason": gen.finish_reason,
-            "rounds": len(gen.rounds), "target_forwards": gen.target_forwards, "mat": gen.mat,
-            "drafted": drafted, "accepted": sum(r.accepted for r in gen.rounds),
-            "rounds_by_drafter": by_drafter, "seconds": gen.seconds,
-            "tokens_per_s": len(gen.tokens) / gen.seconds if gen.seconds else 0.0}
+    return {"text": gen.text, "tokens": gen.tokens, "finish_reason": gen.finish_reason, **gen.stats(),
+            "seconds": gen.seconds, "tokens_per_s": len(gen.tokens) / gen.seconds if gen.seconds else 0.0}
 
 
 if __name__ == "__main__":

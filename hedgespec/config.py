@@ -23,17 +23,21 @@ class TargetConfig(Strict):
 
 class DrafterConfig(Strict):
     name: str = Field(min_length=1)
-    kind: Literal["lm", "prompt_lookup"]
+    kind: Literal["lm", "prompt_lookup", "eagle", "datastore"]
     model: str | None = Field(None, description="lm: a model name as for the target, sharing its tokenizer")
+    artifact: str | None = Field(None, description="eagle (head .safetensors) / datastore (.npz): a path, "
+                                                   "relative ones resolved against the cache directory")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    max_ngram: int = Field(3, ge=1, le=16, description="prompt_lookup: longest n-gram matched")
-    min_ngram: int = Field(1, ge=1, le=16, description="prompt_lookup: sleeps unless a match has this many tokens")
+    max_ngram: int = Field(3, ge=1, le=16, description="prompt_lookup / datastore: longest n-gram matched")
+    min_ngram: int = Field(1, ge=1, le=16, description="prompt_lookup / datastore: sleeps unless a match has this many tokens")
 
     @model_validator(mode="after")
     def _kind_fields(self):
         if self.kind == "lm" and not self.model:
             raise ValueError(f"drafter {self.name!r}: kind 'lm' needs a model")
-        if self.kind == "prompt_lookup" and self.min_ngram > self.max_ngram:
+        if self.kind in ("eagle", "datastore") and not self.artifact:
+            raise ValueError(f"drafter {self.name!r}: kind {self.kind!r} needs an artifact")
+        if self.kind in ("prompt_lookup", "datastore") and self.min_ngram > self.max_ngram:
             raise ValueError(f"drafter {self.name!r}: min_ngram > max_ngram")
         return self
 
@@ -80,11 +84,54 @@ class EngineConfig(Strict):
         return self
 
 
+class GroupConfig(Strict):
+    """A drafter group: one Ray Serve deployment hosting some drafters of the pool."""
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    drafters: list[str] = Field(min_length=1, description="names from engine.drafters")
+    num_replicas: int = Field(1, ge=1, le=64)
+    num_cpus: float = Field(0.25, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+
+
+class ServeConfig(Strict):
+    """The `args` of the Ray Serve application (serve_config.yaml)."""
+    engine: EngineConfig = EngineConfig()
+    groups: list[GroupConfig] = Field(default_factory=list, description="default: one group with every drafter")
+    model_name: str = Field("hedgespec", min_length=1, description="the OpenAI `model` id the server answers to")
+    max_prompt_tokens: int = Field(4096, ge=1)
+    max_tokens_limit: int = Field(2048, ge=1, description="largest max_tokens a request may ask for")
+    target_num_cpus: float = Field(0.5, ge=0)
+    target_num_gpus: float = Field(0.0, ge=0)
+    small_num_cpus: float = Field(0.1, ge=0, description="ingress and selector")
+
+    @model_validator(mode="after")
+    def _groups_cover_pool(self):
+        names = [d.name for d in self.engine.drafters]
+        if self.engine.selector.delay != "queue":
+            raise ValueError("the Serve selector runs the queue delay reduction (selector.delay: queue)")
+        if self.engine.selector.warm_start:
+            raise ValueError("warm_start is in-process only for now: per-request selectors do not share a prior")
+        placed = [d for g in self.groups for d in g.drafters]
+        if self.groups and sorted(placed) != sorted(names):
+            raise ValueError(f"groups must place every drafter exactly once: pool {names}, groups {placed}")
+        return self
+
+    def drafter_groups(self) -> list[GroupConfig]:
+        names = [d.name for d in self.engine.drafters]
+        return self.groups or ([GroupConfig(name="drafters", drafters=names)] if names else [])
+
+
+def load_serve_config(path: str | Path) -> ServeConfig:
+    """The first application's `args` of a Serve config file."""
+    document = yaml.safe_load(Path(path).read_text()) or {}
+    return ServeConfig.model_validate(document["applications"][0].get("args", {}))
+
+
 def load_config(path: str | Path | None) -> EngineConfig:
     """An engine config from a YAML file (engine document or Serve config), or the default."""
     if path is None:
         return EngineConfig()
     document = yaml.safe_load(Path(path).read_text()) or {}
     if "applications" in document:
-        document = document["applications"][0].get("args", {}).get("engine", {})
+        return load_serve_config(path).engine
     return EngineConfig.model_validate(document)

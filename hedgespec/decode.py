@@ -1,23 +1,27 @@
-"""THE decode loop. Each round: choose a drafter, draft, verify (one target forward), then the
+"""THE decode loop. Each round: choose a drafter, draft, verify (one target forward); then the
 evaluation phase scores every drafter on the committed tokens and the selector learns.
 
-It is written against the interfaces in `hedgespec.interfaces`; the in-process engine and the Ray
-deployments both call it. Greedy output is byte-identical to target-only decoding whatever the
-drafters and the selector do: they only change how many tokens each forward commits.
+It is written against small interfaces (Target, DrafterPool, Selector); the in-process engine and
+the Ray deployments both call it. The evaluation of a round is a future: the loop hands its scores
+to the learner once they are there, never waiting for them on a round's critical path. Greedy
+output is byte-identical to target-only decoding whatever the drafters and the selector do.
 """
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from hedgespec.evaluation import acceptance
-from hedgespec.feedback import DelayedLosses
-from hedgespec.interfaces import Draft, Drafter, Target, Verified
-from hedgespec.learners.selectors import RoundFeedback, Selector
+from hedgespec.feedback import DelayedLosses, MaturedLoss, RoundFeedback
+from hedgespec.interfaces import Draft, Target
+from hedgespec.learners.selectors import Selector
+from hedgespec.pool import DrafterPool
 from hedgespec.sampling import Sampling
 from hedgespec.text import TextStream
+
+
+class Cancelled(Exception):
+    """The client went away; the loop stops and frees the request's state everywhere."""
 
 
 @dataclass
@@ -57,67 +61,82 @@ class Generation:
         """Mean committed tokens per target forward (the bonus/correction token included)."""
         return sum(r.committed for r in self.rounds) / max(1, len(self.rounds))
 
+    def stats(self) -> dict:
+        """The speculation statistics a response reports."""
+        by_drafter: dict[str, int] = {}
+        for r in self.rounds:
+            by_drafter[r.drafter or "none"] = by_drafter.get(r.drafter or "none", 0) + 1
+        return {"rounds": len(self.rounds), "target_forwards": self.target_forwards, "mat": self.mat,
+                "drafted": sum(r.drafted for r in self.rounds), "accepted": sum(r.accepted for r in self.rounds),
+                "rounds_by_drafter": by_drafter,
+                "share_by_drafter": {k: v / max(1, len(self.rounds)) for k, v in by_drafter.items()}}
 
-def decode(request: Request, target: Target, drafters: Sequence[Drafter], selector: Selector | None,
+
+def decode(request: Request, target: Target, pool: DrafterPool | None, selector: Selector | None,
            stream: TextStream, k: int, losses: DelayedLosses | None = None,
-           on_text: Callable[[str], None] | None = None) -> Generation:
+           on_text: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None) -> Generation:
     rid, start = request.request_id, time.perf_counter()
     rounds: list[Round] = []
+    learning = Learning(selector, losses, k) if pool else None
     try:
         hidden = target.prefill(rid, request.prompt, request.sampling, request.seed)
-        for j, drafter in enumerate(drafters):
-            drafter.begin(rid, request.prompt, hidden, request.sampling, request.seed + 1 + j)
-        if selector:
+        if pool:
+            pool.begin(rid, request.prompt, hidden, request.sampling, request.seed)
             selector.begin(request.prompt_text)
         while stream.finish_reason is None:
+            if cancelled and cancelled():
+                raise Cancelled(rid)
             # a round commits at most drafted + 1 tokens: draft no more than the budget can keep
             budget = min(k, stream.remaining - 1)
-            chosen = draft = None
-            if drafters and budget > 0:
-                awake = np.array([d.ready(rid) for d in drafters])
+            chosen, draft = None, Draft([])
+            if pool and budget > 0:
+                learning.absorb(wait=False)
+                awake = pool.awake(rid)
                 if awake.any():
                     chosen = selector.choose(awake)
-                    draft = drafters[chosen].propose(rid, budget)
-            verified = target.verify(rid, draft or Draft([]))
-            matured = evaluate(rid, drafters, verified, losses)
-            if selector and drafters:
-                selector.observe(RoundFeedback(chosen, len(verified.tokens), k, matured))
-            rounds.append(Round(drafters[chosen].name if chosen is not None else None,
-                                len(draft.tokens) if draft else 0, verified.accepted, len(verified.tokens)))
+                    draft = pool.propose(rid, chosen, budget)
+            verified = target.verify(rid, draft)
+            if pool:
+                learning.pending.append((chosen, len(verified.tokens), pool.evaluate(rid, verified)))
+            rounds.append(Round(pool.names[chosen] if chosen is not None else None, verified.drafted,
+                                verified.accepted, len(verified.tokens)))
             delta = stream.push(verified.tokens)
             if delta and on_text:
                 on_text(delta)
-        if selector and drafters:
-            selector.observe(RoundFeedback(None, 0, k, awake_only(losses.flush()) if losses else []))
-            selector.end()
+        if pool:
+            learning.finish()
     finally:
         target.release(rid)
-        for drafter in drafters:
-            drafter.release(rid)
+        if pool:
+            pool.release(rid)
     return Generation(stream.tokens, stream.text, stream.finish_reason, rounds, time.perf_counter() - start,
                       losses.max_delay if losses else 0)
 
 
-def evaluate(rid: str, drafters: Sequence[Drafter], verified: Verified, losses: DelayedLosses | None) -> list:
-    """The full-information step: every drafter consumes the committed tokens (staying in sync) and
-    is scored on them against the target distributions verification already produced; no extra
-    target forward. Returns the loss vectors that matured."""
-    if not drafters:
-        return []
-    observations = [d.observe(rid, verified) for d in drafters]
-    if losses is None:
-        return []
-    tokens = np.asarray(verified.tokens)
-    gamma, ratio, awake = (np.empty((len(tokens), len(drafters))) for _ in range(3))
-    for j, obs in enumerate(observations):
-        g, a = acceptance(verified.probs, obs.probs, tokens)
-        gamma[:, j], ratio[:, j], awake[:, j] = g.numpy(), a.numpy(), obs.awake.numpy()
-    matured = []
-    for s in range(len(tokens)):
-        matured += losses.push(gamma[s], ratio[s], awake[s].astype(bool))
-    return awake_only(matured)
+class Learning:
+    """Hands each round's scores to the selector, in round order, once they have arrived."""
+
+    def __init__(self, selector: Selector, losses: DelayedLosses | None, k: int):
+        self.selector, self.losses, self.k = selector, losses, k
+        self.pending: deque = deque()  # (chosen, committed, future of Scores) per round
+
+    def absorb(self, wait: bool) -> None:
+        while self.pending and (wait or self.pending[0][2].done()):
+            chosen, committed, future = self.pending.popleft()
+            scores = future.result()
+            matured = []
+            if self.losses:
+                for s in range(len(scores.gamma)):
+                    matured += self.losses.push(scores.gamma[s], scores.ratio[s], scores.awake[s])
+            self.selector.observe(RoundFeedback(chosen, committed, self.k, awake_only(matured)))
+
+    def finish(self) -> None:
+        self.absorb(wait=True)
+        flushed = awake_only(self.losses.flush()) if self.losses else []
+        self.selector.observe(RoundFeedback(None, 0, self.k, flushed))
+        self.selector.end()
 
 
-def awake_only(matured: list) -> list:
+def awake_only(matured: list[MaturedLoss]) -> list[MaturedLoss]:
     """A position where every drafter slept compares nobody: there is nothing to learn from it."""
     return [m for m in matured if m.awake.any()]

@@ -12,8 +12,9 @@ from hedgespec.learners.selectors import make_selector
 from hedgespec.models import loading
 from hedgespec.models.runner import CachedLM
 from hedgespec.models.target import HFTarget
+from hedgespec.pool import LocalPool
 from hedgespec.sampling import Sampling
-from hedgespec.text import TextStream
+from hedgespec.text import TextStream, encode_prompt
 
 
 class Engine:
@@ -23,19 +24,15 @@ class Engine:
         self.config = config
         model, self.tokenizer = loading.load(config.target.model, config.target.dtype, config.target.device)
         self.target = HFTarget(CachedLM(model))
-        self.drafters = [build_drafter(d, self.target, self.tokenizer) for d in config.drafters]
-        self.eos_ids = eos_ids(model, self.tokenizer)
+        self.drafters = [build_drafter(d, self.target.vocab, self.tokenizer, config.target, model) for d in config.drafters]
+        self.pool = LocalPool(self.drafters)
+        self.eos_ids = loading.eos_ids(config.target.model)
         # one selector for the engine's sequential queries, so a warm start can carry across them
         names = [d.name for d in self.drafters]
         self.selector = build_selector(config.selector, names, config.k) if names else None
 
     def encode(self, prompt: str | list[dict], chat: bool = True) -> list[int]:
-        """A chat (list of messages, or one user message) through the model's chat template, or raw text."""
-        if isinstance(prompt, str) and not chat:
-            return self.tokenizer.encode(prompt)
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return encode_prompt(self.tokenizer, prompt, chat)
 
     def generate(self, prompt: str | list[dict], max_tokens: int = 128, sampling: Sampling = Sampling(),
                  seed: int = 0, stop: tuple[str, ...] = (), chat: bool = True, speculate: bool = True,
@@ -43,12 +40,11 @@ class Engine:
         tokens = self.encode(prompt, chat)
         text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
         request = Request(tokens, max_tokens, sampling, seed, stop, text)
-        drafters = self.drafters if speculate else []
-        selector = self.selector if speculate else None
-        losses = DelayedLosses(len(drafters), self.config.k, self.config.selector.loss,
-                               self.config.selector.estimator) if drafters else None
+        pool = self.pool if speculate and self.drafters else None
+        losses = DelayedLosses(len(self.drafters), self.config.k, self.config.selector.loss,
+                               self.config.selector.estimator) if pool else None
         stream = TextStream(self.tokenizer, max_tokens, list(stop), self.eos_ids)
-        return decode(request, self.target, drafters, selector, stream, self.config.k, losses, on_text)
+        return decode(request, self.target, pool, self.selector, stream, self.config.k, losses, on_text)
 
 
 def build_selector(config: SelectorConfig, names: list[str], k: int, seed: int = 0):
@@ -60,11 +56,3 @@ def build_selector(config: SelectorConfig, names: list[str], k: int, seed: int =
     if options is None:  # the full-information learners
         options = lambda: {"delay": config.delay, "act": config.act, "warm_start": config.warm_start, "seed": seed}
     return make_selector(config.name, len(names), k, **options())
-
-
-def eos_ids(model, tokenizer) -> set[int]:
-    """EOS ids from the tokenizer and the generation config (chat models often end on several)."""
-    ids = {tokenizer.eos_token_id}
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    ids.update(configured if isinstance(configured, list) else [configured])
-    return {i for i in ids if i is not None}

@@ -28,6 +28,7 @@ class Verified:
     """
     tokens: list[int]
     accepted: int
+    drafted: int
     probs: torch.Tensor
     hidden: torch.Tensor
 

@@ -3,6 +3,15 @@ deltas that never show a partial UTF-8 character or the beginning of a stop stri
 from transformers import PreTrainedTokenizerBase
 
 
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict], chat: bool = True) -> list[int]:
+    """A chat (a list of messages, or one user message) through the model's chat template, or raw text."""
+    if isinstance(prompt, str) and not chat:
+        return tokenizer.encode(prompt)
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
 class TextStream:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_tokens: int, stop: list[str], eos_ids: set[int]):
         assert max_tokens >= 1, "max_tokens must be >= 1"

@@ -1,19 +1,37 @@
 """Drafters: every kind proposes up to K tokens and keeps itself in sync with committed text."""
-from hedgespec.config import DrafterConfig
+from pathlib import Path
+
+from hedgespec.config import DrafterConfig, TargetConfig
+from hedgespec.drafters.datastore import Datastore, DatastoreDrafter
+from hedgespec.drafters.eagle import EagleDrafter
 from hedgespec.drafters.lm import LMDrafter
 from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
 from hedgespec.models import loading
 from hedgespec.models.runner import CachedLM
+from hedgespec.paths import cache_dir
 
 
-def build_drafter(config: DrafterConfig, target, tokenizer):
-    """A drafter for `target` (an HFTarget); LM drafters must share its tokenizer and vocabulary."""
+def build_drafter(config: DrafterConfig, vocab: int, tokenizer, target: TargetConfig, target_model=None):
+    """A drafter for a target with `vocab` output tokens and `tokenizer`. `target_model` is the target's
+    HF model when it lives in this process (drafters that reuse target weights share them); otherwise
+    they load what they need from `target.model`."""
     if config.kind == "prompt_lookup":
-        return PromptLookupDrafter(config.name, target.vocab, config.max_ngram, config.min_ngram)
-    model, drafter_tokenizer = loading.load(config.model, config.dtype, str(target.lm.device))
+        return PromptLookupDrafter(config.name, vocab, config.max_ngram, config.min_ngram)
+    if config.kind == "datastore":
+        store = Datastore.load(artifact_path(config.artifact))
+        return DatastoreDrafter(config.name, store, vocab, config.max_ngram, config.min_ngram)
+    if config.kind == "eagle":
+        return EagleDrafter.load(config.name, artifact_path(config.artifact), vocab, target_model, target.model)
+    model, drafter_tokenizer = loading.load(config.model, config.dtype, target.device)
     if drafter_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ValueError(f"drafter {config.name!r} ({config.model}) does not share the target's tokenizer")
     lm = CachedLM(model)
-    if lm.vocab != target.vocab:
-        raise ValueError(f"drafter {config.name!r} has {lm.vocab} output tokens, the target {target.vocab}")
+    if lm.vocab != vocab:
+        raise ValueError(f"drafter {config.name!r} has {lm.vocab} output tokens, the target {vocab}")
     return LMDrafter(config.name, lm)
+
+
+def artifact_path(artifact: str) -> Path:
+    """Relative artifact paths are inside the cache directory, where `hedgespec zoo` writes them."""
+    path = Path(artifact).expanduser()
+    return path if path.is_absolute() else cache_dir() / path

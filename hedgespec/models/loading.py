@@ -7,7 +7,7 @@ seeded models of the tests.
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
 from hedgespec.models import smollm2, tiny
 from hedgespec.paths import cache_dir
@@ -37,6 +37,25 @@ def load(name: str, dtype: str = "float32", device: str = "cpu", cache: Path | N
     folder = resolve(name, cache)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype]).to(device).eval()
     return model, load_tokenizer(name, cache)
+
+
+def vocab_size(name: str, cache: Path | None = None) -> int:
+    """Output tokens of the model (the rows of its LM head), without loading its weights."""
+    return AutoConfig.from_pretrained(resolve(name, cache)).vocab_size
+
+
+def eos_ids(name: str, cache: Path | None = None) -> set[int]:
+    """EOS ids from the tokenizer and the generation config (chat models often end on several)."""
+    folder = resolve(name, cache)
+    ids = {load_tokenizer(name, cache).eos_token_id}
+    if (folder / "generation_config.json").exists():
+        configured = GenerationConfig.from_pretrained(folder).eos_token_id
+        ids.update(configured if isinstance(configured, list) else [configured])
+    return {i for i in ids if i is not None}
+
+
+def context_length(name: str, cache: Path | None = None) -> int:
+    return getattr(AutoConfig.from_pretrained(resolve(name, cache)), "max_position_embeddings", 2048)
 
 
 def load_tokenizer(name: str, cache: Path | None = None) -> PreTrainedTokenizerBase:

@@ -49,7 +49,7 @@ class HFTarget:
         self.lm.crop(request_id, start + 1 + accepted)
         request.pending = token
         committed = draft.tokens[:accepted] + [token]
-        return Verified(committed, accepted, probs[: accepted + 1], hidden[: accepted + 1])
+        return Verified(committed, accepted, len(draft.tokens), probs[: accepted + 1], hidden[: accepted + 1])
 
     def release(self, request_id: str) -> None:
         self.requests.pop(request_id, None)

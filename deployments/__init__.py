@@ -1,0 +1,1 @@
+"""Ray Serve deployments: thin wrappers (placement, transport, HTTP) around the hedgespec library."""

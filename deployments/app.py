@@ -1,0 +1,29 @@
+"""`serve run serve_config.yaml` entry point: the application graph built from the typed config."""
+from ray.serve import Application
+
+from deployments.drafter_group import DrafterGroup
+from deployments.ingress import Ingress
+from deployments.selector import SelectorDeployment
+from deployments.target import TargetDeployment
+from hedgespec.config import ServeConfig
+
+
+def build_app(args: dict) -> Application:
+    config = ServeConfig.model_validate(args)
+    engine = config.engine
+    by_name = {d.name: d for d in engine.drafters}
+    target = TargetDeployment.options(
+        ray_actor_options={"num_cpus": config.target_num_cpus, "num_gpus": config.target_num_gpus},
+    ).bind(engine.target.model_dump())
+    groups, names = [], []
+    for group in config.drafter_groups():
+        groups.append(DrafterGroup.options(
+            name=f"DrafterGroup-{group.name}", num_replicas=group.num_replicas,
+            ray_actor_options={"num_cpus": group.num_cpus, "num_gpus": group.num_gpus},
+        ).bind([by_name[n].model_dump() for n in group.drafters], engine.target.model_dump()))
+        names.append(group.drafters)
+    small = {"num_cpus": config.small_num_cpus}
+    # the selector's indices follow the groups' order, as the ingress's pool does
+    selector = SelectorDeployment.options(ray_actor_options=small).bind(
+        engine.selector.model_dump(), [n for group in names for n in group], engine.k)
+    return Ingress.options(ray_actor_options=small).bind(config.model_dump(), target, groups, selector, names)

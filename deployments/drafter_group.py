@@ -1,0 +1,69 @@
+"""A DrafterGroup deployment: some drafters of the pool, their per-request state, and their part of
+the evaluation phase (each drafter scores itself against the target's compact distributions)."""
+import asyncio
+
+import numpy as np
+from ray import serve
+from ray.serve.config import RequestRouterConfig
+
+from deployments.ordering import Sequencer
+from deployments.routing import RequestAffinityRouter
+from hedgespec.config import DrafterConfig, TargetConfig
+from hedgespec.drafters import build_drafter
+from hedgespec.interfaces import Draft, Verified
+from hedgespec.models import loading
+from hedgespec.pool import Scores, score_round
+from hedgespec.sampling import Sampling
+from hedgespec.transport import expand
+
+
+@serve.deployment(max_ongoing_requests=512,
+                  request_router_config=RequestRouterConfig(request_router_class=RequestAffinityRouter))
+class DrafterGroup:
+    def __init__(self, drafters: list[dict], target: dict):
+        target = TargetConfig.model_validate(target)
+        tokenizer = loading.load_tokenizer(target.model)
+        self.vocab = loading.vocab_size(target.model)
+        self.drafters = [build_drafter(DrafterConfig.model_validate(d), self.vocab, tokenizer, target)
+                         for d in drafters]
+        self.order = Sequencer()
+        self.greedy: dict[str, bool] = {}
+
+    def _state(self, request_id: str) -> None:
+        if request_id not in self.greedy:
+            raise KeyError(f"request {request_id} has no state on this replica (it began elsewhere or ended)")
+
+    def _ready(self, request_id: str) -> np.ndarray:
+        return np.array([d.ready(request_id) for d in self.drafters])
+
+    async def begin(self, request_id: str, seq: int, tokens: list[int], hidden, sampling: Sampling, seeds: list[int]):
+        async with self.order.turn(request_id, seq):
+            self.greedy[request_id] = sampling.greedy
+            hidden = hidden.float()
+            for drafter, seed in zip(self.drafters, seeds):
+                await asyncio.to_thread(drafter.begin, request_id, tokens, hidden, sampling, seed)
+            return self._ready(request_id)
+
+    async def propose(self, request_id: str, seq: int, index: int, k: int) -> Draft:
+        async with self.order.turn(request_id, seq):
+            self._state(request_id)
+            draft = await asyncio.to_thread(self.drafters[index].propose, request_id, k)
+            # greedy verification reads only the tokens: leave the distributions behind
+            return Draft(draft.tokens) if self.greedy[request_id] else draft
+
+    async def observe(self, request_id: str, seq: int, verified: Verified) -> tuple[Scores, np.ndarray]:
+        async with self.order.turn(request_id, seq):
+            self._state(request_id)
+            scores = await asyncio.to_thread(score_round, self.drafters, request_id, expand(verified, self.vocab))
+            return scores, self._ready(request_id)
+
+    async def release(self, request_id: str, seq: int) -> None:
+        async with self.order.turn(request_id, seq):
+            self.greedy.pop(request_id, None)
+            for drafter in self.drafters:
+                drafter.release(request_id)
+        self.order.forget(request_id)
+
+    async def active(self) -> int:
+        """Requests holding state here (drafter caches included): 0 when idle."""
+        return len(self.greedy) + sum(len(d.requests) for d in self.drafters) + self.order.active

@@ -1,0 +1,35 @@
+"""Request affinity for drafter groups with several replicas.
+
+A drafter keeps per-request state (its KV cache, its n-gram index), so every call of a request must
+reach the replica that ran its `begin`. The ingress tags each call with the request id as the
+multiplexed model id; this router sends a request's first call to the least-loaded replica,
+remembers where it went, and pins every later call there until `release`.
+"""
+from ray.serve.request_router import MultiplexMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+
+class RequestAffinityRouter(MultiplexMixin, RequestRouter):
+    def initialize_state(self, **kwargs):
+        self.owner: dict[str, ReplicaID] = {}
+        self.load: dict[ReplicaID, int] = {}  # live requests pinned to each replica
+
+    async def choose_replicas(self, candidate_replicas: list[RunningReplica],
+                              pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
+        request_id = pending_request.metadata.multiplexed_model_id if pending_request else ""
+        owner = self.owner.get(request_id)
+        if owner is not None:
+            pinned = [r for r in candidate_replicas if r.replica_id == owner]
+            # the owner is gone (it died): its state went with it, let the call fail there visibly
+            return [pinned or candidate_replicas]
+        return [[min(candidate_replicas, key=lambda r: self.load.get(r.replica_id, 0))]]
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result) -> None:
+        request_id = pending_request.metadata.multiplexed_model_id
+        if not request_id:
+            return
+        if pending_request.metadata.call_method == "release":
+            if self.owner.pop(request_id, None) is not None:
+                self.load[replica_id] = self.load.get(replica_id, 1) - 1
+        elif request_id not in self.owner:
+            self.owner[request_id] = replica_id
+            self.load[replica_id] = self.load.get(replica_id, 0) + 1

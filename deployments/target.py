@@ -1,0 +1,50 @@
+"""The Target deployment: the target model, its per-request KV caches, and verification."""
+import asyncio
+import threading
+
+from ray import serve
+
+from deployments.ordering import Sequencer
+from hedgespec.config import TargetConfig
+from hedgespec.interfaces import Draft, Verified
+from hedgespec.models import loading
+from hedgespec.models.runner import CachedLM
+from hedgespec.models.target import HFTarget
+from hedgespec.sampling import Sampling
+from hedgespec.transport import compact
+
+
+@serve.deployment(name="Target", max_ongoing_requests=512)
+class TargetDeployment:
+    def __init__(self, config: dict):
+        config = TargetConfig.model_validate(config)
+        model, _ = loading.load(config.model, config.dtype, config.device)
+        self.target = HFTarget(CachedLM(model))
+        self.greedy: dict[str, bool] = {}
+        # one forward at a time: requests interleave round by round (no cross-request batching yet)
+        self.lock = threading.Lock()
+        self.order = Sequencer()
+
+    def _locked(self, fn, *args):
+        with self.lock:
+            return fn(*args)
+
+    async def prefill(self, request_id: str, seq: int, tokens: list[int], sampling: Sampling, seed: int):
+        async with self.order.turn(request_id, seq):
+            self.greedy[request_id] = sampling.greedy
+            hidden = await asyncio.to_thread(self._locked, self.target.prefill, request_id, tokens, sampling, seed)
+            return hidden.half()
+
+    async def verify(self, request_id: str, seq: int, draft: Draft) -> Verified:
+        async with self.order.turn(request_id, seq):
+            verified = await asyncio.to_thread(self._locked, self.target.verify, request_id, draft)
+            return compact(verified, self.greedy[request_id])
+
+    async def release(self, request_id: str, seq: int) -> None:
+        async with self.order.turn(request_id, seq):
+            self.greedy.pop(request_id, None)
+            await asyncio.to_thread(self._locked, self.target.release, request_id)
+        self.order.forget(request_id)
+
+    async def active(self) -> int:
+        return self.target.active + self.order.active

@@ -1,0 +1,35 @@
+"""Compact wire forms of what crosses process boundaries each round (Ray deployments).
+
+A round's payload should stay under ~100 KiB (Ray moves larger objects through its object store,
+several times slower). Greedy target distributions are point masses at the committed tokens, so
+they need no bytes at all; under sampling the target's rows travel as their top-`TOP` entries,
+which makes the drafters' gamma exact whenever the target's support is at most TOP tokens (top-k
+sampling) and otherwise low by at most the dropped tail mass. Hidden states travel in fp16.
+Verification itself never uses these compact forms: it runs where the full p is.
+"""
+from dataclasses import replace
+
+import torch
+
+from hedgespec.interfaces import Verified
+
+TOP = 256
+
+
+def compact(verified: Verified, greedy: bool) -> Verified:
+    if greedy:
+        probs = None
+    else:
+        values, indices = verified.probs.topk(min(TOP, verified.probs.shape[-1]), dim=-1)
+        probs = (indices.to(torch.int32), values.half())
+    return replace(verified, probs=probs, hidden=verified.hidden.half())
+
+
+def expand(verified: Verified, vocab: int) -> Verified:
+    """Back to dense float32 rows over the full vocabulary."""
+    if verified.probs is None:
+        probs = torch.nn.functional.one_hot(torch.tensor(verified.tokens), vocab).float()
+    else:
+        indices, values = verified.probs
+        probs = torch.zeros(len(indices), vocab).scatter_(-1, indices.long(), values.float())
+    return replace(verified, probs=probs, hidden=verified.hidden.float())

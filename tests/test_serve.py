@@ -1,0 +1,175 @@
+"""The Ray Serve application over real HTTP, on tiny models (configs/serve-tiny.yaml).
+
+One Ray instance and one Serve app for the whole module (Ray start-up costs seconds)."""
+import concurrent.futures
+import os
+import socket
+import time
+
+import httpx
+import pytest
+import yaml
+
+from hedgespec.config import EngineConfig, ServeConfig
+from hedgespec.engine import Engine
+
+CONFIG = "configs/serve-tiny.yaml"
+MODEL = "hedgespec-tiny"
+PROMPTS = ["hello there, how are you doing today?", "abc abc abc abc abc", "Write a poem about the sea.",
+           "one two three one two three", "The quick brown fox", "SELECT name FROM users WHERE"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+    from ray import serve
+
+    from deployments.app import build_app
+
+    args = yaml.safe_load(open(CONFIG))["applications"][0]["args"]
+    port = free_port()
+    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(args), name="hedgespec", route_prefix="/", blocking=False)
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        deadline = time.time() + 180
+        while True:
+            try:
+                if client.get("/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.time() < deadline, "the Serve app did not come up"
+            time.sleep(1)
+        yield client
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Target-only greedy text from the in-process engine on the same target."""
+    engine = Engine(EngineConfig.model_validate(ServeConfig.model_validate(
+        yaml.safe_load(open(CONFIG))["applications"][0]["args"]).engine.model_dump()))
+    return {(p, chat): engine.generate(p, 40, chat=chat, speculate=False).text
+            for p in PROMPTS for chat in (False, True)}
+
+
+@pytest.fixture(scope="module")
+def openai_client(server):
+    from openai import OpenAI
+    return OpenAI(base_url=str(server.base_url) + "/v1", api_key="unused", max_retries=0)
+
+
+def wait_for_no_state(server, timeout=30.0) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        stats = server.get("/stats").json()
+        if stats["in_flight"] == stats["target"] == stats["selector"] == 0 and not any(stats["groups"].values()):
+            return stats
+        if time.time() > deadline:
+            return stats
+        time.sleep(0.2)
+
+
+def test_models_and_health(server):
+    assert server.get("/health").json() == {"status": "ok"}
+    assert [m["id"] for m in server.get("/v1/models").json()["data"]] == [MODEL]
+
+
+def test_openai_client_completion_matches_in_process_greedy(openai_client, reference):
+    for prompt in PROMPTS[:3]:
+        out = openai_client.completions.create(model=MODEL, prompt=prompt, max_tokens=40, temperature=0)
+        assert out.choices[0].text == reference[(prompt, False)]
+        assert out.usage.completion_tokens == 40 and out.choices[0].finish_reason == "length"
+        stats = out.model_extra["hedgespec"]
+        assert stats["mat"] >= 1 and sum(stats["share_by_drafter"].values()) == pytest.approx(1)
+
+
+def test_openai_client_chat_and_streaming(openai_client, reference):
+    prompt = PROMPTS[2]
+    chat = openai_client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}],
+                                                 max_tokens=40, temperature=0)
+    assert chat.choices[0].message.content == reference[(prompt, True)]
+    pieces = [c.choices[0].delta.content or "" for c in openai_client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=40, temperature=0, stream=True)
+        if c.choices]
+    assert "".join(pieces) == reference[(prompt, True)]
+    stream = openai_client.completions.create(model=MODEL, prompt=prompt, max_tokens=40, temperature=0, stream=True,
+                                              stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == reference[(prompt, False)]
+    assert chunks[-1].usage.completion_tokens == 40
+
+
+def test_sampling_with_a_seed_is_reproducible(openai_client):
+    kwargs = dict(model=MODEL, prompt=PROMPTS[0], max_tokens=24, temperature=0.9, top_p=0.9, seed=5)
+    assert openai_client.completions.create(**kwargs).choices[0].text == \
+        openai_client.completions.create(**kwargs).choices[0].text
+
+
+def test_concurrent_requests_across_two_group_replicas(server, reference):
+    def ask(prompt):
+        return server.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 40,
+                                                    "temperature": 0}).json()
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(ask, PROMPTS * 2))
+    for prompt, answer in zip(PROMPTS * 2, answers):
+        assert answer["choices"][0]["text"] == reference[(prompt, False)], answer
+    from ray import serve
+    lm_group = serve.status().applications["hedgespec"].deployments["DrafterGroup-lm"]
+    assert lm_group.replica_states.get("RUNNING") == 2
+    assert wait_for_no_state(server)["in_flight"] == 0
+
+
+BAD = [
+    (b"{not json", 400, "not valid JSON"),
+    ({"model": MODEL, "prompt": "hi", "max_tokens": "many"}, 400, "max_tokens"),
+    ({"model": MODEL, "prompt": ""}, 400, "empty"),
+    ({"model": MODEL, "prompt": "word " * 2000}, 400, "at most 512"),
+    ({"model": MODEL, "prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
+    ({"model": MODEL, "prompt": "hi", "max_tokens": 100000}, 400, "limit"),
+    ({"model": "gpt-4", "prompt": "hi"}, 404, "does not exist"),
+    ({"model": MODEL, "prompt": "hi", "n": 2}, 400, "n"),
+    ({"model": MODEL, "prompt": "hi", "logprobs": 3}, 400, "logprobs"),
+    ({"model": MODEL, "prompt": "hi", "temperature": -1}, 400, "temperature"),
+    ({"model": MODEL, "prompt": ["a", "b"]}, 400, "one prompt"),
+]
+
+
+@pytest.mark.parametrize("body,status,message", BAD, ids=[m for _, _, m in BAD])
+def test_bad_input_gets_a_clear_4xx(server, body, status, message):
+    kwargs = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) else {"json": body}
+    response = server.post("/v1/completions", **kwargs)
+    assert response.status_code == status
+    assert message in response.json()["error"]["message"]
+
+
+def test_bad_chat_input(server):
+    response = server.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "robot", "content": "x"}]})
+    assert response.status_code == 400 and "role" in response.json()["error"]["message"]
+    response = server.post("/v1/chat/completions", json={"model": MODEL, "messages": []})
+    assert response.status_code == 400
+
+
+def test_client_disconnect_mid_stream_frees_all_state(server):
+    cancelled_before = server.get("/stats").json()["cancelled"]
+    body = {"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 250, "temperature": 0, "stream": True}
+    with server.stream("POST", "/v1/completions", json=body) as response:
+        received = 0
+        for line in response.iter_lines():
+            received += line.startswith("data:")
+            if received >= 3:
+                break  # leave mid-stream
+    stats = wait_for_no_state(server)
+    assert stats["in_flight"] == stats["target"] == stats["selector"] == 0 and not any(stats["groups"].values())
+    assert stats["cancelled"] == cancelled_before + 1  # stopped by the disconnect, not run to the end

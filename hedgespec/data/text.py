@@ -20,29 +20,20 @@ _TAG = re.compile(r"<[^>]+>")
 
 def chunks(text: str, limit: int = CHUNK_CHARS) -> Iterator[str]:
     """Greedy packing of blank-line-separated paragraphs into pieces of at most ``limit`` characters
-    (a longer paragraph is cut at line breaks)."""
-    piece = ""
-    for para in _BLANK.split(text):
-        for part in _split_long(para.strip("\n"), limit):
-            if piece and len(piece) + 2 + len(part) > limit:
-                yield piece
-                piece = ""
-            piece = f"{piece}\n\n{part}" if piece else part
-    if piece.strip():
-        yield piece
+    (a longer paragraph is first cut at line breaks; a single longer line stays whole)."""
+    paragraphs = [piece for para in _BLANK.split(text) if para.strip()
+                  for piece in _pack(para.strip("\n").split("\n"), "\n", limit)]
+    yield from _pack(paragraphs, "\n\n", limit)
 
 
-def _split_long(para: str, limit: int) -> Iterator[str]:
-    if len(para) <= limit:
-        yield para
-        return
-    piece = ""
-    for line in para.split("\n"):
-        if piece and len(piece) + 1 + len(line) > limit:
+def _pack(parts: list[str], sep: str, limit: int) -> Iterator[str]:
+    piece = None
+    for part in parts:
+        if piece is not None and len(piece) + len(sep) + len(part) > limit:
             yield piece
-            piece = ""
-        piece = f"{piece}\n{line}" if piece else line
-    if piece:
+            piece = None
+        piece = part if piece is None else piece + sep + part
+    if piece is not None:
         yield piece
 
 

@@ -24,8 +24,8 @@ def tutorial(src: Sources) -> str:
     start = text.find("\nChapter 1  Introduction")  # skips the table of contents
     text = text[start + 1 if start >= 0 else 0:]
     text = _UNDERLINE.sub("", text)
-    text = re.sub(r"^<<", "", text, flags=re.M)
-    return re.sub(r"^>>$", "", text, flags=re.M)
+    text = re.sub(r"^(\s*)<<", r"\1", text, flags=re.M)
+    return re.sub(r"^\s*>>$", "", text, flags=re.M)
 
 
 def documents(src: Sources) -> Iterator[tuple[str, str]]:

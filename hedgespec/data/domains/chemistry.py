@@ -78,6 +78,7 @@ def asks(src: Sources, rng: random.Random) -> list[Ask]:
     reactions = [t for t in go.terms(src, chemistry=True)
                  if t.definition.startswith(REACTION) and len(t.definition) <= FIELD_CHARS]
     picked = rng.sample(reactions, 20)
-    out += [Ask("question", "catalysis", {"term": t.name}, t.definition) for t in picked[:12]]
+    out += [Ask("question", "catalysis", {"term": t.name.removesuffix(" activity")}, t.definition)
+            for t in picked[:12]]
     out += [Ask("copy", "explain_reaction", {"reaction": t.definition[len(REACTION):]}) for t in picked[12:]]
     return out

@@ -4,6 +4,7 @@ The generator's training modules give the corpus and its held-out ("interpolate"
 prompts; the package keeps the two apart by construction. Version 1.0.1 predates NumPy 2 and
 current sympy, so an unpacked copy is patched (exact textual replacements, checked) before use.
 """
+import hashlib
 import importlib
 import random
 import shutil
@@ -36,12 +37,19 @@ PATCHES = (
      "expanded_coefficients[power] = coeffs"),
     # absl is only used for one log line; the standard logging module has the same call.
     ("mathematics_dataset/sample/ops.py", "from absl import logging", "import logging"),
+    # Determinism: these draw from sets, whose order depends on the process (string hashing,
+    # object addresses); a sorted list and an insertion-ordered dict make a seed reproduce.
+    ("mathematics_dataset/util/composition.py", "random.choice(list(allowed))", "random.choice(sorted(allowed))"),
+    ("mathematics_dataset/util/composition.py", "entities = set(context.child_entities)",
+     "entities = dict.fromkeys(context.child_entities)"),
+    ("mathematics_dataset/util/composition.py", "entities.add(maybe_entity)", "entities[maybe_entity] = None"),
 )
 
 
 def _patched(src: Sources) -> Path:
     dest = src.downloads / "patched" / "mathematics-dataset"
-    if (dest / ".complete").exists():
+    stamp = hashlib.sha256(repr(PATCHES).encode()).hexdigest()  # new patches re-patch old copies
+    if (dest / ".complete").exists() and (dest / ".complete").read_text() == stamp:
         return dest
     if dest.exists():
         shutil.rmtree(dest)
@@ -52,7 +60,7 @@ def _patched(src: Sources) -> Path:
         if old not in text:
             raise SourceError(f"cannot patch {rel} of mathematics-dataset: {old!r} not found")
         path.write_text(text.replace(old, new), encoding="utf-8")
-    (dest / ".complete").write_text("patched\n")
+    (dest / ".complete").write_text(stamp)
     return dest
 
 
@@ -63,9 +71,12 @@ def _generator(src: Sources, seed: int):
     root = str(_patched(src))
     if root not in sys.path:
         sys.path.insert(0, root)
-    saved = random.getstate(), np.random.get_state()
+    # sympy's randprime has a generator of its own (imported here: sympy is slow to import).
+    sympy_random = importlib.import_module("sympy.core.random")
+    saved = random.getstate(), np.random.get_state(), sympy_random.rng.getstate()
     random.seed(seed)
     np.random.seed(seed)
+    sympy_random.seed(seed)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -74,6 +85,7 @@ def _generator(src: Sources, seed: int):
     finally:
         random.setstate(saved[0])
         np.random.set_state(saved[1])
+        sympy_random.rng.setstate(saved[2])
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:

@@ -1,8 +1,8 @@
-# The two commands a newcomer runs (README): `make setup demo` and `make test`.
+# The two commands a newcomer runs (README): `make setup serve` and `make test`.
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install setup demo test test-slow
+.PHONY: install setup serve demo test test-slow
 
 install: $(VENV)/.installed
 
@@ -16,6 +16,11 @@ $(VENV)/.installed: pyproject.toml
 setup: install
 	$(BIN)/hedgespec prepare
 
+# the OpenAI-compatible Ray Serve application on http://127.0.0.1:8000 (Ctrl-C stops it)
+serve: setup
+	$(BIN)/serve run serve_config.yaml
+
+# one in-process generation, no Ray
 demo: setup
 	$(BIN)/hedgespec generate --config configs/smollm2.yaml
 

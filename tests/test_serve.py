@@ -2,15 +2,12 @@
 
 One Ray instance and one Serve app for the whole module (Ray start-up costs seconds)."""
 import concurrent.futures
-import os
-import socket
 import time
 
-import httpx
 import pytest
-import yaml
 
-from hedgespec.config import EngineConfig, ServeConfig
+from deployments.local import local_app, serve_args
+from hedgespec.config import ServeConfig
 from hedgespec.engine import Engine
 
 CONFIG = "configs/serve-tiny.yaml"
@@ -19,47 +16,16 @@ PROMPTS = ["hello there, how are you doing today?", "abc abc abc abc abc", "Writ
            "one two three one two three", "The quick brown fox", "SELECT name FROM users WHERE"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    import ray
-    from ray import serve
-
-    from deployments.app import build_app
-
-    args = yaml.safe_load(open(CONFIG))["applications"][0]["args"]
-    port = free_port()
-    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(args), name="hedgespec", route_prefix="/", blocking=False)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
-        deadline = time.time() + 180
-        while True:
-            try:
-                if client.get("/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.time() < deadline, "the Serve app did not come up"
-            time.sleep(1)
+    with local_app(serve_args(CONFIG)) as client:
         yield client
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
 def reference():
     """Target-only greedy text from the in-process engine on the same target."""
-    engine = Engine(EngineConfig.model_validate(ServeConfig.model_validate(
-        yaml.safe_load(open(CONFIG))["applications"][0]["args"]).engine.model_dump()))
+    engine = Engine(ServeConfig.model_validate(serve_args(CONFIG)).engine)
     return {(p, chat): engine.generate(p, 40, chat=chat, speculate=False).text
             for p in PROMPTS for chat in (False, True)}
 

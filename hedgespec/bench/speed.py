@@ -6,7 +6,6 @@ alike; the reported figure is the ratio of tokens per second.
 import json
 import sys
 
-from hedgespec.bench.prompts import SPEED_PROMPTS, read_prompts
 from hedgespec.config import EngineConfig
 from hedgespec.engine import Engine
 from hedgespec.sampling import Sampling
@@ -38,10 +37,9 @@ def run(engine: Engine, prompts: list[str], sampling: Sampling, max_tokens: int,
             "greedy_identical": identical if sampling.greedy else None, "per_prompt": per_prompt}
 
 
-def main(config: EngineConfig, sampling: Sampling, max_tokens: int, seed: int, prompts_path: str | None,
-         limit: int | None, json_out: str | None) -> int:
-    prompts = [r["prompt"] for r in read_prompts(prompts_path)] if prompts_path else SPEED_PROMPTS
-    result = run(Engine(config), prompts[:limit], sampling, max_tokens, seed)
+def main(config: EngineConfig, sampling: Sampling, max_tokens: int, seed: int, prompts: list[str],
+         json_out: str | None) -> int:
+    result = run(Engine(config), prompts, sampling, max_tokens, seed)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(result, f, indent=2)

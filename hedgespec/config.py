@@ -5,10 +5,10 @@ setting. A file is either an engine config document or a Ray Serve config whose 
 application's `args` hold one.
 """
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 
 class Strict(BaseModel):
@@ -43,14 +43,15 @@ class DrafterConfig(Strict):
 
 
 class SelectorConfig(Strict):
-    name: Literal["fixed", "hedgespec", "hedgespec-sleeping", "hedge", "ucbspec", "exp3spec", "rule"] = "hedgespec"
+    name: Literal["fixed", "hedgespec", "hedgespec-sleeping", "hedge", "ucbspec", "exp3spec", "rule", "router"] = "hedgespec"
     loss: Literal["eal", "tap"] = "eal"
     estimator: Literal["corrected", "paper"] = "corrected"
     delay: Literal["queue", "bold"] = "queue"
     act: Literal["argmax", "sample"] = "argmax"
     warm_start: bool = False
     drafter: str | None = Field(None, description="fixed: the drafter; rule: the primary (used when awake)")
-    fallback: str | None = Field(None, description="rule: the drafter used when the primary sleeps")
+    fallback: str | None = Field(None, description="rule: the drafter used when the primary sleeps; router: default route")
+    routes: dict[str, str] = Field(default_factory=dict, description="router: domain -> drafter")
     delta: float = Field(0.05, gt=0, lt=1, description="ucbspec: confidence parameter")
 
     @model_validator(mode="after")
@@ -59,6 +60,8 @@ class SelectorConfig(Strict):
             raise ValueError("selector 'fixed' needs `drafter`")
         if self.name == "rule" and not (self.drafter and self.fallback):
             raise ValueError("selector 'rule' needs `drafter` (primary) and `fallback`")
+        if self.name == "router" and not (self.routes and self.fallback):
+            raise ValueError("selector 'router' needs `routes` (domain -> drafter) and a `fallback` drafter")
         return self
 
 
@@ -80,10 +83,23 @@ class EngineConfig(Strict):
         names = [d.name for d in self.drafters]
         if len(set(names)) != len(names):
             raise ValueError(f"drafter names must be unique: {names}")
-        for name in (self.selector.drafter, self.selector.fallback):
+        for name in (self.selector.drafter, self.selector.fallback, *self.selector.routes.values()):
             if name is not None and name not in names:
                 raise ValueError(f"selector names drafter {name!r}, which is not in the pool {names}")
         return self
+
+
+def _custom_only(resources: dict[str, float]) -> dict[str, float]:
+    builtin = sorted({"CPU", "GPU", "memory", "object_store_memory"} & set(resources))
+    if builtin:
+        raise ValueError(f"{builtin}: set CPUs and GPUs with the num_cpus/num_gpus fields; resources are custom ones")
+    return resources
+
+
+# Custom Ray resources a replica needs, e.g. {"hedgespec_target": 1}: it is placed only on nodes that
+# offer them (`ray start --resources`), which is how the target and the drafter groups are pinned.
+CustomResources = Annotated[dict[Annotated[str, Field(min_length=1)], Annotated[float, Field(ge=0)]],
+                            AfterValidator(_custom_only)]
 
 
 class GroupConfig(Strict):
@@ -93,6 +109,7 @@ class GroupConfig(Strict):
     num_replicas: int = Field(1, ge=1, le=64)
     num_cpus: float = Field(0.25, ge=0)
     num_gpus: float = Field(0.0, ge=0)
+    resources: CustomResources = Field(default_factory=dict, description="custom Ray resources per replica")
 
 
 class ServeConfig(Strict):
@@ -104,6 +121,7 @@ class ServeConfig(Strict):
     max_tokens_limit: int = Field(2048, ge=1, description="largest max_tokens a request may ask for")
     target_num_cpus: float = Field(0.5, ge=0)
     target_num_gpus: float = Field(0.0, ge=0)
+    target_resources: CustomResources = Field(default_factory=dict, description="custom Ray resources of the target")
     small_num_cpus: float = Field(0.1, ge=0, description="ingress and selector")
 
     @model_validator(mode="after")

@@ -41,6 +41,7 @@ class Round:
     drafted: int
     accepted: int
     committed: int
+    seconds: float = 0.0  # wall time of its draft and verification (its evaluation runs beside the next round)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Generation:
     rounds: list[Round]
     seconds: float
     max_delay: int = 0  # largest delay of a loss vector, in committed positions
+    losses: list[MaturedLoss] = field(default_factory=list)  # every drafter's loss at each position (benchmarks)
 
     @property
     def target_forwards(self) -> int:
@@ -86,6 +88,7 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
         while stream.finish_reason is None:
             if cancelled and cancelled():
                 raise Cancelled(rid)
+            round_start = time.perf_counter()
             # a round commits at most drafted + 1 tokens: draft no more than the budget can keep
             budget = min(k, stream.remaining - 1)
             chosen, draft = None, Draft([])
@@ -99,7 +102,7 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
             if pool:
                 learning.pending.append((chosen, len(verified.tokens), pool.evaluate(rid, verified)))
             rounds.append(Round(pool.names[chosen] if chosen is not None else None, verified.drafted,
-                                verified.accepted, len(verified.tokens)))
+                                verified.accepted, len(verified.tokens), time.perf_counter() - round_start))
             delta = stream.push(verified.tokens)
             if delta and on_text:
                 on_text(delta)
@@ -110,7 +113,7 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
         if pool:
             pool.release(rid)
     return Generation(stream.tokens, stream.text, stream.finish_reason, rounds, time.perf_counter() - start,
-                      losses.max_delay if losses else 0)
+                      losses.max_delay if losses else 0, learning.delivered if learning else [])
 
 
 class Learning:
@@ -119,6 +122,7 @@ class Learning:
     def __init__(self, selector: Selector, losses: DelayedLosses | None, k: int):
         self.selector, self.losses, self.k = selector, losses, k
         self.pending: deque = deque()  # (chosen, committed, future of Scores) per round
+        self.delivered: list[MaturedLoss] = []
 
     def absorb(self, wait: bool) -> None:
         while self.pending and (wait or self.pending[0][2].done()):
@@ -128,12 +132,14 @@ class Learning:
             if self.losses:
                 for s in range(len(scores.gamma)):
                     matured += self.losses.push(scores.gamma[s], scores.ratio[s], scores.awake[s])
+            self.delivered += matured
             self.selector.observe(RoundFeedback(chosen, committed, self.k, awake_only(matured)))
 
     def finish(self) -> None:
         self.absorb(wait=True)
-        flushed = awake_only(self.losses.flush()) if self.losses else []
-        self.selector.observe(RoundFeedback(None, 0, self.k, flushed))
+        flushed = self.losses.flush() if self.losses else []
+        self.delivered += flushed
+        self.selector.observe(RoundFeedback(None, 0, self.k, awake_only(flushed)))
         self.selector.end()
 
 

@@ -8,6 +8,7 @@ from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.decode import Generation, Request, decode
 from hedgespec.drafters import build_drafter
 from hedgespec.feedback import DelayedLosses
+from hedgespec.learners.router import RouterSelector, trained_classifier
 from hedgespec.learners.selectors import make_selector
 from hedgespec.models import loading
 from hedgespec.models.runner import CachedLM
@@ -36,19 +37,26 @@ class Engine:
 
     def generate(self, prompt: str | list[dict], max_tokens: int = 128, sampling: Sampling = Sampling(),
                  seed: int = 0, stop: tuple[str, ...] = (), chat: bool = True, speculate: bool = True,
-                 on_text: Callable[[str], None] | None = None) -> Generation:
+                 on_text: Callable[[str], None] | None = None, selector=None,
+                 selector_config: SelectorConfig | None = None) -> Generation:
+        """`selector` and `selector_config` replace the engine's own for this query (benchmarks)."""
+        selector = selector or self.selector
+        selector_config = selector_config or self.config.selector
         tokens = self.encode(prompt, chat)
         text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
         request = Request(tokens, max_tokens, sampling, seed, stop, text)
         pool = self.pool if speculate and self.drafters else None
-        losses = DelayedLosses(len(self.drafters), self.config.k, self.config.selector.loss,
-                               self.config.selector.estimator) if pool else None
+        losses = DelayedLosses(len(self.drafters), self.config.k, selector_config.loss,
+                               selector_config.estimator) if pool else None
         stream = TextStream(self.tokenizer, max_tokens, list(stop), self.eos_ids)
-        return decode(request, self.target, pool, self.selector, stream, self.config.k, losses, on_text)
+        return decode(request, self.target, pool, selector, stream, self.config.k, losses, on_text)
 
 
 def build_selector(config: SelectorConfig, names: list[str], k: int, seed: int = 0):
     """The configured selector over the drafters called `names`."""
+    if config.name == "router":
+        routes = {domain: names.index(name) for domain, name in config.routes.items()}
+        return RouterSelector(len(names), trained_classifier(), routes, names.index(config.fallback))
     options = {"fixed": lambda: {"index": names.index(config.drafter)},
                "rule": lambda: {"primary": names.index(config.drafter), "fallback": names.index(config.fallback)},
                "ucbspec": lambda: {"delta": config.delta},

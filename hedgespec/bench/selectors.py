@@ -1,0 +1,110 @@
+"""`hedgespec bench selectors`: every selector on the same queries in one run.
+
+Per selector: MAT, tokens/s and per-query MAT; for every selector, the cumulative regret per
+committed token against the best single drafter of that query, measured on the full-information
+loss vectors (EAL, corrected estimator) that the evaluation phase computes for every drafter at
+every round start, whoever drafted. The per-query oracle is the best fixed drafter's run of each
+query, picked in hindsight.
+"""
+import numpy as np
+from tqdm import tqdm
+
+from hedgespec.config import SelectorConfig
+from hedgespec.decode import Generation
+from hedgespec.engine import Engine, build_selector
+from hedgespec.sampling import Sampling
+
+
+def default_selectors(names: list[str], rule: tuple[str, str] | None, routes: dict[str, str] | None) -> dict[str, SelectorConfig]:
+    selectors = {f"fixed:{n}": SelectorConfig(name="fixed", drafter=n) for n in names}
+    selectors |= {
+        "hedgespec": SelectorConfig(name="hedgespec"),
+        "hedgespec-tap": SelectorConfig(name="hedgespec", loss="tap"),
+        "hedgespec-paper-eal": SelectorConfig(name="hedgespec", estimator="paper"),
+        "hedgespec-sample": SelectorConfig(name="hedgespec", act="sample"),
+        "hedgespec-sleeping": SelectorConfig(name="hedgespec-sleeping"),
+        "hedge": SelectorConfig(name="hedge"),
+        "ucbspec": SelectorConfig(name="ucbspec"),
+        "exp3spec": SelectorConfig(name="exp3spec"),
+    }
+    if rule:
+        selectors["rule"] = SelectorConfig(name="rule", drafter=rule[0], fallback=rule[1])
+    if routes:
+        selectors["router"] = SelectorConfig(name="router", routes=routes, fallback=names[0])
+    return selectors
+
+
+def regret_curve(gen: Generation, names: list[str]) -> tuple[list[int], list[float], float]:
+    """Cumulative regret of the drafts actually chosen against the best single drafter of the query,
+    both scored by the loss vector at each round's first position; rounds with no draft are skipped."""
+    by_position = {m.position: m.losses for m in gen.losses}
+    position, chosen_losses, all_losses, tokens = 0, [], [], []
+    for r in gen.rounds:
+        if r.drafter is not None and position in by_position:
+            losses = by_position[position]
+            chosen_losses.append(losses[names.index(r.drafter)])
+            all_losses.append(losses)
+            tokens.append(position + r.committed)
+        position += r.committed
+    if not all_losses:
+        return [], [], 0.0
+    best = int(np.argmin(np.sum(all_losses, axis=0)))
+    curve = np.cumsum(chosen_losses) - np.cumsum(np.asarray(all_losses)[:, best])
+    return tokens, curve.tolist(), float(curve[-1] / max(1, position))
+
+
+def run(engine: Engine, queries: list[dict], selectors: dict[str, SelectorConfig], max_tokens: int,
+        sampling: Sampling, seed: int, progress: bool = True) -> dict:
+    names = [d.name for d in engine.drafters]
+    instances = {label: build_selector(config, names, engine.config.k, seed) for label, config in selectors.items()}
+    engine.generate(queries[0]["prompt"], 8, sampling, seed)  # warm-up
+    results = {label: {"tokens": 0, "seconds": 0.0, "forwards": 0, "per_query_mat": [], "per_query_tokens_per_s": [],
+                       "regret_per_token": [], "regret_curves": []} for label in selectors}
+    reference_tokens = []
+    bar = tqdm(total=len(queries) * len(selectors), disable=not progress, desc="selectors x queries")
+    for q, query in enumerate(queries):
+        labels = list(selectors)
+        labels = labels[q % len(labels):] + labels[:q % len(labels)]  # rotate: drift hits every selector alike
+        for label in labels:
+            gen = engine.generate(query["prompt"], max_tokens, sampling, seed + q, selector=instances[label],
+                                  selector_config=selectors[label])
+            if sampling.greedy and label == labels[0]:
+                reference_tokens.append(gen.tokens)
+            elif sampling.greedy:
+                assert gen.tokens == reference_tokens[q], f"{label}: greedy output differs between selectors"
+            result = results[label]
+            result["tokens"] += len(gen.tokens)
+            result["seconds"] += gen.seconds
+            result["forwards"] += gen.target_forwards
+            result["per_query_mat"].append(gen.mat)
+            result["per_query_tokens_per_s"].append(len(gen.tokens) / gen.seconds)
+            tokens, curve, per_token = regret_curve(gen, names)
+            result["regret_per_token"].append(per_token)
+            result["regret_curves"].append([tokens, curve])
+            bar.update()
+    bar.close()
+    summary = {}
+    for label, result in results.items():
+        summary[label] = {**result, "mat": result["tokens"] / result["forwards"],
+                          "tokens_per_s": result["tokens"] / result["seconds"],
+                          "per_query_regret_per_token": result["regret_per_token"],
+                          "regret_per_token": float(np.mean(result["regret_per_token"]))}
+    fixed = [label for label in selectors if label.startswith("fixed:")]
+    best_per_query = [max(fixed, key=lambda label: results[label]["per_query_mat"][q]) for q in range(len(queries))]
+    oracle_mats = [results[label]["per_query_mat"][q] for q, label in enumerate(best_per_query)]
+    summary["oracle"] = {"mat": float(np.mean(oracle_mats)), "per_query_mat": oracle_mats, "per_query_best": best_per_query,
+                         "tokens_per_s": float(np.mean([results[label]["per_query_tokens_per_s"][q]
+                                                        for q, label in enumerate(best_per_query)]))}
+    best_fixed = max(fixed, key=lambda label: summary[label]["mat"])
+    return {"target": engine.config.target.model, "drafters": names, "k": engine.config.k,
+            "temperature": sampling.temperature, "max_tokens": max_tokens, "queries": len(queries),
+            "domains": [q.get("domain") for q in queries], "best_fixed": best_fixed, "selectors": summary}
+
+
+def table(result: dict) -> str:
+    """Markdown: per selector, mean-per-query MAT (the oracle's unit), pooled MAT, tokens/s, regret."""
+    rows = ["| selector | MAT (pooled) | MAT (mean per query) | tokens/s | regret per token |", "|---|---|---|---|---|"]
+    for label, s in result["selectors"].items():
+        regret = f"{s['regret_per_token']:.4f}" if "regret_per_token" in s else "—"
+        rows.append(f"| {label} | {s.get('mat', 0):.3f} | {np.mean(s['per_query_mat']):.3f} | {s['tokens_per_s']:.2f} | {regret} |")
+    return "\n".join(rows)

@@ -1,0 +1,30 @@
+"""Where the offline pool lives: everything under <cache>/zoo, the paths configs/pool.yaml names."""
+from pathlib import Path
+
+from hedgespec.paths import cache_dir
+
+GENERAL = "general"  # the corpus the generalist head is trained on (never a domain's data)
+
+
+def zoo_dir(cache: Path | None = None) -> Path:
+    return Path(cache or cache_dir()) / "zoo"
+
+
+def features_dir(name: str, cache: Path | None = None) -> Path:
+    return zoo_dir(cache) / "features" / name
+
+
+def head_path(name: str, cache: Path | None = None) -> Path:
+    return zoo_dir(cache) / "heads" / f"{name}.safetensors"
+
+
+def store_path(domain: str, cache: Path | None = None) -> Path:
+    return zoo_dir(cache) / "datastores" / f"{domain}.npz"
+
+
+def vocab_path(cache: Path | None = None) -> Path:
+    return zoo_dir(cache) / "vocab.npy"
+
+
+def checkpoint_path(name: str, cache: Path | None = None) -> Path:
+    return zoo_dir(cache) / "checkpoints" / f"{name}.pt"

@@ -60,7 +60,24 @@ def main(argv: list[str] | None = None) -> int:
     data_build.add_argument("--domains", nargs="+", help="default: all seven and the general corpus")
     data_build.add_argument("--force", action="store_true", help="rebuild domains that are already complete")
 
+    zoo = commands.add_parser("zoo", help="the offline drafter pool (configs/pool.yaml)").add_subparsers(dest="zoo", required=True)
+    zoo_build = zoo.add_parser("build", help="target features of every corpus, then the datastores (resumable, hours on CPU)")
+    zoo_train = zoo.add_parser("train", help="the generalist head, then one specialist per domain (resumable)")
+    for sub in (zoo_build, zoo_train):
+        sub.add_argument("--domains", nargs="+", help="default: all seven")
+    zoo_train.add_argument("--general-minutes", type=float, default=60.0)
+    zoo_train.add_argument("--specialist-minutes", type=float, default=20.0)
+
     args = parser.parse_args(argv)
+    if args.command == "zoo":
+        import hedgespec.zoo as zoo_pipeline
+        if args.zoo == "build":
+            print(zoo_pipeline.build_pool(args.domains))
+        else:
+            heads = zoo_pipeline.train(args.domains, general=zoo_pipeline.TrainSettings(max_minutes=args.general_minutes),
+                                       specialist=zoo_pipeline.TrainSettings(max_minutes=args.specialist_minutes))
+            print("\n".join(f"{name}: {path}" for name, path in heads.items()))
+        return 0
     if args.command == "data":
         from hedgespec.data import SourceError, build
         try:

@@ -1,6 +1,7 @@
 """The `hedgespec` command line."""
 import argparse
 import json
+import os
 import sys
 
 from hedgespec.config import load_config
@@ -68,7 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     zoo_train.add_argument("--general-minutes", type=float, default=60.0)
     zoo_train.add_argument("--specialist-minutes", type=float, default=20.0)
 
+    dashboards = commands.add_parser("dashboards", help="the Grafana dashboard (cluster/grafana)").add_subparsers(
+        dest="dashboards", required=True)
+    dashboards_build = dashboards.add_parser("build", help="write the dashboard's JSON model into a folder")
+    dashboards_build.add_argument("--out", default="cluster/grafana", help="folder (default: cluster/grafana)")
+    push = dashboards.add_parser("push", help="create or overwrite the dashboard in a running Grafana")
+    push.add_argument("--url", required=True, help="Grafana's base URL, e.g. http://grafana:3000")
+    push.add_argument("--token", default=os.environ.get("GRAFANA_TOKEN"),
+                      help="a service account token (default: $GRAFANA_TOKEN)")
+    push.add_argument("--folder-uid", help="the Grafana folder to put it in (default: General)")
+
     args = parser.parse_args(argv)
+    if args.command == "dashboards":
+        return _dashboards(args)
     if args.command == "zoo":
         import hedgespec.zoo as zoo_pipeline
         if args.zoo == "build":
@@ -106,6 +119,27 @@ def main(argv: list[str] | None = None) -> int:
     return speed_bench.main(config, _sampling(args), args.max_tokens, args.seed, _prompts(args.prompts, args.limit), args.json)
 
 
+def _dashboards(args) -> int:
+    from cluster.grafana import dashboard  # operations code lives beside the manifests, never in the library
+    if args.dashboards == "build":
+        print(dashboard.write(args.out))
+        return 0
+    if not args.token:
+        print("error: give --token or set GRAFANA_TOKEN", file=sys.stderr)
+        return 2
+    try:
+        from cluster.grafana import provision
+    except ImportError as error:
+        print(f"error: {error}; install the grafana extra: pip install -e '.[grafana]'", file=sys.stderr)
+        return 2
+    try:
+        print(provision.push(args.url, args.token, dashboard.build(), args.folder_uid))
+    except provision.GrafanaError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="engine config YAML (an engine document or a Serve config)")
     parser.add_argument("--target", help="override the target model ('smollm2', 'tiny:SEED' or a folder)")
@@ -137,12 +171,11 @@ def _engine_config(args):
 
 def _bench_selectors(args, config) -> int:
     from hedgespec.bench import selectors
-    from hedgespec.bench.prompts import read_prompts
+    from hedgespec.data import load_prompts, mixed_stream
     from hedgespec.engine import Engine
     if args.prompts:
-        queries = read_prompts(args.prompts)[:args.queries]
+        queries = load_prompts(args.prompts)[:args.queries]
     else:
-        from hedgespec.data import load_prompts, mixed_stream
         queries = (mixed_stream(None, args.queries, args.seed, args.reworded) if args.workload == "mixed"
                    else load_prompts(args.workload, args.reworded)[:args.queries])
     engine = Engine(config)
@@ -181,8 +214,9 @@ def _bench_overhead(args, config) -> int:
 
 
 def _prompts(path: str | None, limit: int | None) -> list[str]:
-    from hedgespec.bench.prompts import SPEED_PROMPTS, read_prompts
-    return ([r["prompt"] for r in read_prompts(path)] if path else SPEED_PROMPTS)[:limit]
+    from hedgespec.bench.prompts import SPEED_PROMPTS
+    from hedgespec.data import load_prompts
+    return ([r["prompt"] for r in load_prompts(path)] if path else SPEED_PROMPTS)[:limit]
 
 
 def _sampling(args):

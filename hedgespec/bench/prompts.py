@@ -1,7 +1,4 @@
-"""Built-in benchmark prompts (written for this project) and the JSON-lines prompt-file reader."""
-import json
-from pathlib import Path
-
+"""Built-in benchmark prompts, written for this project (prompt files are read by hedgespec.data.load_prompts)."""
 SPEED_PROMPTS = [
     "Rewrite the following sentence in the past tense, then explain the change: 'The committee reviews "
     "every proposal carefully before it votes on the budget.'",
@@ -15,16 +12,3 @@ SPEED_PROMPTS = [
     "What are the main causes of the seasons on Earth?",
     "List five common symptoms of dehydration.",
 ]
-
-
-def read_prompts(path: str | Path) -> list[dict]:
-    """Any JSON-lines file whose records have `prompt` (and optionally `domain`, `id`)."""
-    records = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
-            raise ValueError(f"{path}:{number}: each line must be a JSON object with a string `prompt`")
-        records.append(record)
-    return records

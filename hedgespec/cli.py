@@ -51,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     sel.add_argument("--route", action="append", default=[], metavar="DOMAIN=DRAFTER", help="add the static router")
     sel.add_argument("--json", help="write the full results (per-query MAT, regret curves) here")
 
+    matrix = bench.add_parser("matrix", help="the drafter x domain MAT matrix (greedy, exact replay), with tokens/s")
+    _add_engine_args(matrix)
+    matrix.add_argument("--queries-per-domain", type=int, default=8)
+    matrix.add_argument("--max-tokens", type=int, default=96)
+    matrix.add_argument("--speed-queries", type=int, default=1, help="real runs per domain and drafter for tokens/s")
+    matrix.add_argument("--json", help="write the results (JSON); Markdown and a heatmap PNG go beside it")
+
     overhead = bench.add_parser("overhead", help="learner update cost, and where a round's time goes")
     _add_engine_args(overhead)
     _add_sampling_args(overhead)
@@ -115,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return _bench_selectors(args, config)
     if args.bench == "overhead":
         return _bench_overhead(args, config)
+    if args.bench == "matrix":
+        return _bench_matrix(args, config)
     from hedgespec.bench import speed as speed_bench
     return speed_bench.main(config, _sampling(args), args.max_tokens, args.seed, _prompts(args.prompts, args.limit), args.json)
 
@@ -189,6 +198,24 @@ def _bench_selectors(args, config) -> int:
     print(f"target {result['target']}, drafters {result['drafters']}, K={result['k']}, T={args.temperature}, "
           f"workload {result['workload']}, {result['queries']} queries x <= {args.max_tokens} tokens")
     print(selectors.table(result))
+    return 0
+
+
+def _bench_matrix(args, config) -> int:
+    from pathlib import Path
+
+    from hedgespec.bench import matrix
+    from hedgespec.data import DOMAINS, load_prompts
+    from hedgespec.engine import Engine
+    prompts = {d: [r["prompt"] for r in load_prompts(d)[:args.queries_per_domain]] for d in DOMAINS}
+    result = matrix.run(Engine(config), prompts, args.max_tokens, args.speed_queries)
+    table = matrix.markdown(result)
+    if args.json:
+        out = Path(args.json)
+        out.write_text(json.dumps(result, indent=1))
+        out.with_suffix(".md").write_text(table + "\n")
+        matrix.heatmap(result, str(out.with_suffix(".png")))
+    print(table)
     return 0
 
 

@@ -72,3 +72,15 @@ def test_router_survives_a_save_and_load(tmp_path):
     classifier.save(tmp_path / "c.npz")
     again = DomainClassifier.load(tmp_path / "c.npz")
     assert again.predict("select x from t where y") == "a" and again.predict("def f(): return 1") == "b"
+
+
+def test_matrix_on_tiny_models(tmp_path):
+    from hedgespec.bench import matrix
+    engine = Engine(load_config("configs/tiny.yaml"))
+    result = matrix.run(engine, {"a": ["abc abc abc", "hello there"], "b": ["one two one two"]}, 16, progress=False)
+    assert result["best_per_domain"] == {"a": "same-model", "b": "same-model"}
+    assert result["mixed"]["oracle_mat"] >= result["mixed"]["best_fixed_mat"]
+    assert set(result["tokens_per_s"]["other-model"]) == {"a", "b"} and result["target_only_tokens_per_s"]["a"] > 0
+    assert "| same-model | " in matrix.markdown(result)
+    matrix.heatmap(result, str(tmp_path / "m.png"))
+    assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"

@@ -58,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--speed-queries", type=int, default=1, help="real runs per domain and drafter for tokens/s")
     matrix.add_argument("--json", help="write the results (JSON); Markdown and a heatmap PNG go beside it")
 
+    paper = bench.add_parser("paper", help="the paper's experiments, resumable: tables, plots, BENCHMARKS.md")
+    paper.add_argument("--quick", action="store_true", help="the whole pipeline on tiny models (about a minute)")
+    paper.add_argument("--out", default="out/paper", help="results folder (a rerun continues what it holds)")
+
     overhead = bench.add_parser("overhead", help="learner update cost, and where a round's time goes")
     _add_engine_args(overhead)
     _add_sampling_args(overhead)
@@ -110,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         from deployments import bench as serve_bench_module  # Ray lives in deployments/, never in the library
         return serve_bench_module.main(args.config, _prompts(args.prompts, args.limit), args.max_tokens,
                                        args.temperature, args.seed, args.json)
+    if args.command == "bench" and args.bench == "paper":
+        from pathlib import Path
+
+        from hedgespec.bench import paper as paper_bench
+        paper_bench.run(Path(args.out), args.quick)
+        print((Path(args.out) / "BENCHMARKS.md").read_text())
+        return 0
     if args.command == "prepare":
         from hedgespec.models import smollm2
         from hedgespec.paths import cache_dir

@@ -84,3 +84,22 @@ def test_matrix_on_tiny_models(tmp_path):
     assert "| same-model | " in matrix.markdown(result)
     matrix.heatmap(result, str(tmp_path / "m.png"))
     assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_paper_pipeline_quick_and_resumable(tmp_path, monkeypatch):
+    from hedgespec.bench import paper
+    results = paper.run(tmp_path, quick=True)
+    for name in ("main-greedy.json", "main-sampling.json", "scaling.json", "shift.json", "overhead.json",
+                 "BENCHMARKS.md", "regret.png", "scaling.png"):
+        assert (tmp_path / name).exists(), name
+    greedy = results["main-greedy"]["selectors"]
+    assert {"hedgespec", "ucbspec", "exp3spec", "router", "target-only", "oracle"} <= greedy.keys()
+    assert greedy["target-only"]["mat"] <= 1.0 and greedy["oracle"]["mat"] >= greedy["fixed:other-model"]["mat"]
+    assert set(results["scaling"]) == {"2", "4"}
+    report = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "Conditions:" in report and "--quick" in report
+
+    def no_rerun(*args, **kwargs):
+        raise AssertionError("a finished step ran again")
+    monkeypatch.setattr(selectors, "run", no_rerun)
+    assert paper.run(tmp_path, quick=True).keys() == results.keys()  # every step resumed from its JSON

@@ -54,21 +54,25 @@ def regret_curve(gen: Generation, names: list[str]) -> tuple[list[int], list[flo
 
 
 def run(engine: Engine, queries: list[dict], selectors: dict[str, SelectorConfig], max_tokens: int,
-        sampling: Sampling, seed: int, progress: bool = True) -> dict:
+        sampling: Sampling, seed: int, progress: bool = True, target_only: bool = False) -> dict:
+    """`target_only` adds a row of target-only decoding on the same queries."""
     names = [d.name for d in engine.drafters]
     instances = {label: build_selector(config, names, engine.config.k, seed) for label, config in selectors.items()}
     engine.generate(queries[0]["prompt"], 8, sampling, seed)  # warm-up
+    labels = [*selectors, "target-only"] if target_only else list(selectors)
     results = {label: {"tokens": 0, "seconds": 0.0, "forwards": 0, "per_query_mat": [], "per_query_tokens_per_s": [],
-                       "regret_per_token": [], "regret_curves": []} for label in selectors}
+                       "regret_per_token": [], "regret_curves": []} for label in labels}
     reference_tokens = []
-    bar = tqdm(total=len(queries) * len(selectors), disable=not progress, desc="selectors x queries")
+    bar = tqdm(total=len(queries) * len(labels), disable=not progress, desc="selectors x queries")
     for q, query in enumerate(queries):
-        labels = list(selectors)
-        labels = labels[q % len(labels):] + labels[:q % len(labels)]  # rotate: drift hits every selector alike
-        for label in labels:
-            gen = engine.generate(query["prompt"], max_tokens, sampling, seed + q, selector=instances[label],
-                                  selector_config=selectors[label])
-            if sampling.greedy and label == labels[0]:
+        order = labels[q % len(labels):] + labels[:q % len(labels)]  # rotate: drift hits every selector alike
+        for label in order:
+            if label == "target-only":
+                gen = engine.generate(query["prompt"], max_tokens, sampling, seed + q, speculate=False)
+            else:
+                gen = engine.generate(query["prompt"], max_tokens, sampling, seed + q, selector=instances[label],
+                                      selector_config=selectors[label])
+            if sampling.greedy and label == order[0]:
                 reference_tokens.append(gen.tokens)
             elif sampling.greedy:
                 assert gen.tokens == reference_tokens[q], f"{label}: greedy output differs between selectors"
@@ -89,13 +93,15 @@ def run(engine: Engine, queries: list[dict], selectors: dict[str, SelectorConfig
                           "tokens_per_s": result["tokens"] / result["seconds"],
                           "per_query_regret_per_token": result["regret_per_token"],
                           "regret_per_token": float(np.mean(result["regret_per_token"]))}
-    fixed = [label for label in selectors if label.startswith("fixed:")]
-    best_per_query = [max(fixed, key=lambda label: results[label]["per_query_mat"][q]) for q in range(len(queries))]
-    oracle_mats = [results[label]["per_query_mat"][q] for q, label in enumerate(best_per_query)]
-    summary["oracle"] = {"mat": float(np.mean(oracle_mats)), "per_query_mat": oracle_mats, "per_query_best": best_per_query,
-                         "tokens_per_s": float(np.mean([results[label]["per_query_tokens_per_s"][q]
-                                                        for q, label in enumerate(best_per_query)]))}
-    best_fixed = max(fixed, key=lambda label: summary[label]["mat"])
+    fixed = [label for label in labels if label.startswith("fixed:")]
+    best_fixed = max(fixed, key=lambda label: summary[label]["mat"]) if fixed else None
+    if fixed:
+        best_per_query = [max(fixed, key=lambda label: results[label]["per_query_mat"][q]) for q in range(len(queries))]
+        oracle_mats = [results[label]["per_query_mat"][q] for q, label in enumerate(best_per_query)]
+        summary["oracle"] = {"mat": float(np.mean(oracle_mats)), "per_query_mat": oracle_mats,
+                             "per_query_best": best_per_query,
+                             "tokens_per_s": float(np.mean([results[label]["per_query_tokens_per_s"][q]
+                                                            for q, label in enumerate(best_per_query)]))}
     return {"target": engine.config.target.model, "drafters": names, "k": engine.config.k,
             "temperature": sampling.temperature, "max_tokens": max_tokens, "queries": len(queries),
             "domains": [q.get("domain") for q in queries], "best_fixed": best_fixed, "selectors": summary}

@@ -1,0 +1,149 @@
+"""`hedgespec bench paper`: the paper's experiments on this project's pool, one resumable run.
+
+Steps (each saved as DIR/<step>.json and skipped when present, so an interrupted run continues):
+main-greedy / main-sampling (every method on the same mixed stream, per domain and overall),
+scaling (MAT against pool size, the pool grown with honest but weak decoy drafters), shift
+(reworded prompts: static router against HedgeSpec) and overhead. Then DIR/BENCHMARKS.md with the
+tables and the conditions beside every number, and regret.png and scaling.png.
+`--quick` runs the whole pipeline on tiny models (a smoke test of the machinery, in the test suite).
+"""
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hedgespec.bench import overhead, paper_report, selectors
+from hedgespec.bench.replay import replay
+from hedgespec.config import EngineConfig, SelectorConfig, load_config
+from hedgespec.engine import Engine, build_selector
+from hedgespec.pool import LocalPool
+from hedgespec.sampling import Sampling
+
+
+@dataclass(frozen=True)
+class Settings:
+    config: str = "configs/pool.yaml"
+    queries: int = 21  # mixed stream: 3 per domain
+    max_tokens: int = 96
+    temperature: float = 0.7  # the sampling half of the main table
+    pool_sizes: tuple[int, ...] = (4, 8, 16, 32)
+    seed: int = 0
+
+    @staticmethod
+    def quick() -> "Settings":
+        return Settings(config="configs/tiny.yaml", queries=4, max_tokens=16, pool_sizes=(2, 4))
+
+
+QUICK_QUERIES = [{"prompt": "abc abc abc abc abc", "domain": "copy"}, {"prompt": "Write about the sea.", "domain": "prose"},
+                 {"prompt": "one two three one two three", "domain": "copy"}, {"prompt": "Tell me a story.", "domain": "prose"}]
+
+
+def queries_for(settings: Settings, quick: bool, reworded: bool = False) -> list[dict]:
+    if quick:
+        return [q | {"prompt": ("Please: " if reworded else "") + q["prompt"]} for q in QUICK_QUERIES][:settings.queries]
+    from hedgespec.data import mixed_stream
+    return mixed_stream(None, settings.queries, settings.seed, reworded)
+
+
+def routes_for(names: list[str], quick: bool) -> dict[str, str]:
+    """The static router's domain -> drafter map: each domain's specialist head where the pool has one."""
+    if quick:
+        return {"copy": "prompt-lookup", "prose": "same-model"}
+    from hedgespec.data import DOMAINS
+    return {d: f"eagle-{d}" for d in DOMAINS if f"eagle-{d}" in names}
+
+
+def with_drafters(engine: Engine, drafters: list) -> Engine:
+    """The same target with another pool (the models are shared, not reloaded)."""
+    other = copy.copy(engine)
+    other.drafters, other.pool = drafters, LocalPool(drafters)
+    other.selector = build_selector(engine.config.selector, [d.name for d in drafters], engine.config.k)
+    return other
+
+
+def decoys(engine: Engine, count: int, quick: bool, seed: int) -> list:
+    """Honest drafters that are rarely right: unrelated tiny models (quick), or datastores over
+    token-shuffled domain text (real pool)."""
+    if quick:
+        from hedgespec.config import DrafterConfig
+        from hedgespec.drafters import build_drafter
+        return [build_drafter(DrafterConfig(name=f"decoy-{i}", kind="lm", model=f"tiny:{100 + i}"), engine.target.vocab,
+                              engine.tokenizer, engine.config.target) for i in range(count)]
+    from hedgespec.data import DOMAINS, data_dir
+    from hedgespec.data.text import read_jsonl
+    from hedgespec.drafters.datastore import Datastore, DatastoreDrafter
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        domain = DOMAINS[i % len(DOMAINS)]
+        docs = [r["text"] for r in read_jsonl(data_dir() / domain / "train.jsonl")[i * 50:(i + 1) * 50]]
+        ids = [rng.permutation(t).tolist() for t in engine.tokenizer(docs, add_special_tokens=False)["input_ids"]]
+        out.append(DatastoreDrafter(f"decoy-{domain}-{i}", Datastore.build(ids), engine.target.vocab, 8, 2))
+    return out
+
+
+def main_table(engine: Engine, settings: Settings, quick: bool, temperature: float) -> dict:
+    names = [d.name for d in engine.drafters]
+    chosen = selectors.default_selectors(names, None, routes_for(names, quick) or None)
+    return selectors.run(engine, queries_for(settings, quick), chosen, settings.max_tokens, Sampling(temperature),
+                         settings.seed, target_only=True)
+
+
+def scaling(engine: Engine, settings: Settings, quick: bool) -> dict:
+    chosen = {"hedgespec": SelectorConfig(name="hedgespec"), "ucbspec": SelectorConfig(name="ucbspec"),
+              "exp3spec": SelectorConfig(name="exp3spec")}
+    extra = decoys(engine, max(0, max(settings.pool_sizes) - len(engine.drafters)), quick, settings.seed)
+    queries = queries_for(settings, quick)
+    out = {}
+    for n in settings.pool_sizes:
+        pool = (engine.drafters + extra)[:n]
+        sized = with_drafters(engine, pool)
+        result = selectors.run(sized, queries, chosen, settings.max_tokens, Sampling(), settings.seed, progress=False)
+        out[str(n)] = {label: result["selectors"][label]["mat"] for label in chosen}
+        # the per-query oracle by exact greedy replay: no run per drafter needed
+        mats = replay(sized, pool, [q["prompt"] for q in queries], settings.max_tokens, engine.config.k)
+        out[str(n)]["oracle"] = float(np.mean(np.max(list(mats.values()), axis=0)))
+        out[str(n)]["drafters"] = [d.name for d in pool]
+    return out
+
+
+def shift(engine: Engine, settings: Settings, quick: bool) -> dict:
+    names = [d.name for d in engine.drafters]
+    chosen = {"hedgespec": SelectorConfig(name="hedgespec")}
+    routes = routes_for(names, quick)
+    if routes:
+        chosen["router"] = SelectorConfig(name="router", routes=routes, fallback=names[0])
+    out = {}
+    for label, reworded in (("original", False), ("reworded", True)):
+        result = selectors.run(engine, queries_for(settings, quick, reworded), chosen, settings.max_tokens, Sampling(),
+                               settings.seed, progress=False)
+        out[label] = {name: result["selectors"][name]["mat"] for name in chosen}
+    return out
+
+
+def run(out: Path, quick: bool = False, settings: Settings | None = None) -> dict:
+    settings = settings or (Settings.quick() if quick else Settings())
+    out.mkdir(parents=True, exist_ok=True)
+    config: EngineConfig = load_config(settings.config)
+    engine = Engine(config)
+    steps = {
+        "main-greedy": lambda: main_table(engine, settings, quick, 0.0),
+        "main-sampling": lambda: main_table(engine, settings, quick, settings.temperature),
+        "scaling": lambda: scaling(engine, settings, quick),
+        "shift": lambda: shift(engine, settings, quick),
+        "overhead": lambda: {"learner_update_us": {str(n): overhead.learner_update_us(n) for n in (8, 64)},
+                             "round": overhead.round_breakdown(engine, [q["prompt"] for q in queries_for(settings, quick)][:3],
+                                                               settings.max_tokens, Sampling(), settings.seed)},
+    }
+    results = {}
+    for name, step in steps.items():
+        path = out / f"{name}.json"
+        if path.exists():  # finished in an earlier run
+            results[name] = json.loads(path.read_text())
+            continue
+        results[name] = step()
+        path.write_text(json.dumps(results[name]))
+    paper_report.write(out, results, settings, config)
+    return results

@@ -1,0 +1,93 @@
+"""Tables, plots and DIR/BENCHMARKS.md for `hedgespec bench paper`, with the conditions beside every number."""
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+
+REGRET_METHODS = ("hedgespec", "hedge", "ucbspec", "exp3spec")
+
+
+def conditions(settings, config, temperature: float) -> str:
+    return (f"target `{config.target.model}` ({config.target.dtype}, {config.target.device}), pool of "
+            f"{len(config.drafters)} drafters from `{settings.config}`, K = {config.k}, temperature {temperature}, "
+            f"{settings.queries} queries of the mixed stream (seed {settings.seed}), up to {settings.max_tokens} new tokens, "
+            f"{platform.machine()} with {os.cpu_count()} CPU cores, {config.threads} torch thread(s)")
+
+
+def main_table(result: dict) -> str:
+    domains = sorted({d for d in result["domains"] if d})
+    by_domain = {d: [i for i, q in enumerate(result["domains"]) if q == d] for d in domains}
+    head = "| method | " + " | ".join(domains) + " | mixed MAT | tokens/s |"
+    lines = [head, "|---|" + "---|" * (len(domains) + 2)]
+    for label, s in result["selectors"].items():
+        mats = s["per_query_mat"]
+        cells = [f"{np.mean([mats[i] for i in by_domain[d]]):.2f}" for d in domains]
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {np.mean(mats):.3f} | {s['tokens_per_s']:.2f} |")
+    return "\n".join(lines) + "\n\nMAT is averaged per query (the oracle's unit); tokens/s is pooled over the run."
+
+
+def mean_regret(result: dict, label: str, grid: np.ndarray) -> np.ndarray:
+    curves = [np.interp(grid, tokens, curve) for tokens, curve in result["selectors"][label]["regret_curves"] if tokens]
+    return np.mean(curves, axis=0) if curves else np.zeros_like(grid, dtype=float)
+
+
+def plots(out: Path, results: dict, max_tokens: int) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.arange(1, max_tokens + 1)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label in REGRET_METHODS:
+        if label in results["main-greedy"]["selectors"]:
+            ax.plot(grid, mean_regret(results["main-greedy"], label, grid), label=label)
+    ax.set(xlabel="committed tokens", ylabel="cumulative regret (EAL loss)", title="Regret against the best drafter of each query")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "regret.png", dpi=120)
+    plt.close(fig)
+
+    sizes = sorted(results["scaling"], key=int)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label in ("hedgespec", "ucbspec", "exp3spec", "oracle"):
+        ax.plot([int(n) for n in sizes], [results["scaling"][n][label] for n in sizes], marker="o", label=label)
+    ax.set(xlabel="drafters in the pool (N)", ylabel="MAT", xscale="log", title="MAT against pool size")
+    ax.set_xticks([int(n) for n in sizes], sizes)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "scaling.png", dpi=120)
+    plt.close(fig)
+
+
+def write(out: Path, results: dict, settings, config) -> None:
+    plots(out, results, settings.max_tokens)
+    command = "hedgespec bench paper" + (" --quick" if settings.config == "configs/tiny.yaml" else "") + f" --out {out}"
+    scale = results["scaling"]
+    sizes = sorted(scale, key=int)
+    shift = results["shift"]
+    o = results["overhead"]
+    lines = [f"# HedgeSpec on this pool: the paper's experiments\n", f"Produced by `{command}`.\n",
+             "## Main table, greedy\n", f"Conditions: {conditions(settings, config, 0.0)}.\n", main_table(results["main-greedy"]),
+             "\n## Main table, sampling\n", f"Conditions: {conditions(settings, config, settings.temperature)}.\n",
+             main_table(results["main-sampling"]),
+             "\n## Regret\n", "![regret](regret.png)\n",
+             "Mean cumulative regret per query against the best single drafter of that query, on the "
+             "full-information EAL loss at each round's start (greedy run above). Regret per committed token: " +
+             ", ".join(f"{m} {results['main-greedy']['selectors'][m]['regret_per_token']:.4f}" for m in REGRET_METHODS
+                       if m in results["main-greedy"]["selectors"]) + ".\n",
+             "## Pool size\n", f"Greedy, same queries; the pool is grown with decoy drafters. {conditions(settings, config, 0.0)}.\n",
+             "| N | " + " | ".join(["hedgespec", "ucbspec", "exp3spec", "oracle"]) + " |", "|---|---|---|---|---|",
+             *[f"| {n} | " + " | ".join(f"{scale[n][m]:.3f}" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle")) + " |"
+               for n in sizes], "\n![scaling](scaling.png)\n",
+             "## Distribution shift (reworded prompts)\n", f"Greedy. {conditions(settings, config, 0.0)}.\n",
+             "| method | original | reworded | change |", "|---|---|---|---|",
+             *[f"| {m} | {shift['original'][m]:.3f} | {shift['reworded'][m]:.3f} | "
+               f"{100 * (shift['reworded'][m] / shift['original'][m] - 1):+.1f}% |" for m in shift["original"]],
+             "\n## Overheads\n", f"Greedy, {o['round']['rounds']} rounds. {conditions(settings, config, 0.0)}.\n",
+             "| part of a round | ms | share |", "|---|---|---|",
+             *[f"| {k} | {v:.2f} | {100 * o['round']['share'][k]:.1f}% |" for k, v in
+               sorted(o["round"]["ms_per_round"].items(), key=lambda kv: -kv[1])],
+             "\nLearner update + weights (us): " + "; ".join(
+                 f"N={n}: " + ", ".join(f"{k} {v:.1f}" for k, v in t.items()) for n, t in o["learner_update_us"].items()) + "\n"]
+    (out / "BENCHMARKS.md").write_text("\n".join(lines))

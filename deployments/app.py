@@ -13,13 +13,14 @@ def build_app(args: dict) -> Application:
     engine = config.engine
     by_name = {d.name: d for d in engine.drafters}
     target = TargetDeployment.options(
-        ray_actor_options={"num_cpus": config.target_num_cpus, "num_gpus": config.target_num_gpus},
+        ray_actor_options={"num_cpus": config.target_num_cpus, "num_gpus": config.target_num_gpus,
+                           "resources": config.target_resources},
     ).bind(engine.target.model_dump(), engine.threads)
     groups, names = [], []
     for group in config.drafter_groups():
         groups.append(DrafterGroup.options(
             name=f"DrafterGroup-{group.name}", num_replicas=group.num_replicas,
-            ray_actor_options={"num_cpus": group.num_cpus, "num_gpus": group.num_gpus},
+            ray_actor_options={"num_cpus": group.num_cpus, "num_gpus": group.num_gpus, "resources": group.resources},
         ).bind([by_name[n].model_dump() for n in group.drafters], engine.target.model_dump(), engine.threads))
         names.append(group.drafters)
     small = {"num_cpus": config.small_num_cpus}

@@ -7,6 +7,7 @@ import torch
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
+from deployments.metrics import Recorder
 from deployments.ordering import Sequencer
 from deployments.routing import RequestAffinityRouter
 from hedgespec.config import DrafterConfig, TargetConfig
@@ -27,8 +28,11 @@ class DrafterGroup:
         target = TargetConfig.model_validate(target)
         tokenizer = loading.load_tokenizer(target.model)
         self.vocab = loading.vocab_size(target.model)
-        self.drafters = [build_drafter(DrafterConfig.model_validate(d), self.vocab, tokenizer, target)
-                         for d in drafters]
+        configs = [DrafterConfig.model_validate(d) for d in drafters]
+        self.drafters = [build_drafter(c, self.vocab, tokenizer, target) for c in configs]
+        self.names = [c.name for c in configs]
+        self.label = "+".join(self.names)  # the group, named as /stats names it
+        self.metrics = Recorder("hedgespec_draft_seconds", "hedgespec_evaluation_phase_seconds")
         self.order = Sequencer()
         self.greedy: dict[str, bool] = {}
 
@@ -50,14 +54,16 @@ class DrafterGroup:
     async def propose(self, request_id: str, seq: int, index: int, k: int) -> Draft:
         async with self.order.turn(request_id, seq):
             self._state(request_id)
-            draft = await asyncio.to_thread(self.drafters[index].propose, request_id, k)
+            with self.metrics.timed("hedgespec_draft_seconds", drafter=self.names[index]):
+                draft = await asyncio.to_thread(self.drafters[index].propose, request_id, k)
             # greedy verification reads only the tokens: leave the distributions behind
             return Draft(draft.tokens) if self.greedy[request_id] else draft
 
     async def observe(self, request_id: str, seq: int, verified: Verified) -> tuple[Scores, np.ndarray]:
         async with self.order.turn(request_id, seq):
             self._state(request_id)
-            scores = await asyncio.to_thread(score_round, self.drafters, request_id, expand(verified, self.vocab))
+            with self.metrics.timed("hedgespec_evaluation_phase_seconds", group=self.label):
+                scores = await asyncio.to_thread(score_round, self.drafters, request_id, expand(verified, self.vocab))
             return scores, self._ready(request_id)
 
     async def release(self, request_id: str, seq: int) -> None:

@@ -12,11 +12,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from ray import serve
 
 from deployments import openai_api as api
 from deployments.adapters import RemotePool, RemoteSelector, RemoteTarget
+from deployments.dashboard import PAGE, LiveStats
+from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
 from hedgespec.config import ServeConfig
 from hedgespec.decode import Cancelled, Generation, Request as DecodeRequest, decode
 from hedgespec.feedback import DelayedLosses
@@ -34,8 +36,9 @@ async def _api_error(request: Request, error: api.APIError):
 
 
 class _Job:
-    def __init__(self, request_id, tokens, text, max_tokens, sampling, seed, stop, speculate):
-        self.request_id, self.tokens, self.text, self.max_tokens = request_id, tokens, text, max_tokens
+    def __init__(self, request_id, response_id, tokens, text, max_tokens, sampling, seed, stop, speculate):
+        self.request_id, self.response_id = request_id, response_id
+        self.tokens, self.text, self.max_tokens = tokens, text, max_tokens
         self.sampling, self.seed, self.stop, self.speculate = sampling, seed, list(stop or []), speculate
         self.cancel = threading.Event()
 
@@ -64,6 +67,8 @@ class Ingress:
         self.background = ThreadPoolExecutor(4 * MAX_CONCURRENT, thread_name_prefix="background")
         self.in_flight: dict[str, threading.Event] = {}
         self.cancelled = 0  # requests whose client went away before the end
+        self.metrics = Recorder(*INGRESS_METRICS)
+        self.live = LiveStats([d.name for d in self.config.engine.drafters])
 
     @app.get("/health")
     async def health(self):
@@ -83,6 +88,14 @@ class Ingress:
         return {"in_flight": len(self.in_flight), "cancelled": self.cancelled, "target": await self.target.active.remote(),
                 "selector": await self.selector.active.remote() if self.groups else 0, "groups": groups}
 
+    @app.get("/dashboard", response_class=HTMLResponse)
+    async def dashboard(self):
+        return PAGE
+
+    @app.get("/dashboard/data")
+    async def dashboard_data(self):
+        return self.live.snapshot(await self.selector.weights.remote() if self.groups else {})
+
     @app.post("/v1/completions")
     async def completions(self, request: Request):
         return await self._serve(request, chat=False)
@@ -92,6 +105,20 @@ class Ingress:
         return await self._serve(request, chat=True)
 
     async def _serve(self, request: Request, chat: bool):
+        self.metrics.count("hedgespec_requests", endpoint="chat" if chat else "completions")
+        try:
+            body, job = await self._accept(request, chat)
+        except api.APIError as error:
+            self.metrics.count("hedgespec_request_errors", kind=error_kind(error.status, error.code))
+            raise
+        if body.stream:
+            return StreamingResponse(self._events(job, chat, body), media_type="text/event-stream")
+        generation = await self._run(job, request)
+        return api.response(chat, job.response_id, body.model, generation.text, generation.finish_reason,
+                            api.usage(len(job.tokens), len(generation.tokens)), generation.stats())
+
+    async def _accept(self, request: Request, chat: bool) -> tuple:
+        """The validated body and the job it asks for; an APIError for bad input."""
         try:
             payload = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -104,13 +131,9 @@ class Ingress:
         tokens = encode_prompt(self.tokenizer, prompt, chat)
         max_tokens = self._budget(tokens, body.limit if chat else body.max_tokens)
         text = "\n".join(m["content"] for m in prompt) if chat else prompt
-        job = _Job(uuid.uuid4().hex, tokens, text, max_tokens, Sampling(body.temperature, body.top_k, body.top_p),
-                   body.seed if body.seed is not None else random.getrandbits(31), body.stop, body.speculate)
-        if body.stream:
-            return StreamingResponse(self._events(job, chat, body), media_type="text/event-stream")
-        generation = await self._run(job, request)
-        return api.response(chat, api.completion_id(chat), body.model, generation.text, generation.finish_reason,
-                            api.usage(len(tokens), len(generation.tokens)), generation.stats())
+        return body, _Job(uuid.uuid4().hex, api.completion_id(chat), tokens, text, max_tokens,
+                          Sampling(body.temperature, body.top_k, body.top_p),
+                          body.seed if body.seed is not None else random.getrandbits(31), body.stop, body.speculate)
 
     def _budget(self, tokens: list[int], asked: int | None) -> int:
         limit, k = self.config.max_tokens_limit, self.config.engine.k
@@ -137,10 +160,14 @@ class Ingress:
         request = DecodeRequest(job.tokens, job.max_tokens, job.sampling, job.seed, job.stop, job.text, rid)
         self.in_flight[rid] = job.cancel
         try:
-            return decode(request, RemoteTarget(self.target, rid), pool, selector, stream, engine.k, losses,
-                          on_text, job.cancel.is_set)
+            generation = decode(request, RemoteTarget(self.target, rid), pool, selector, stream, engine.k, losses,
+                                on_text, job.cancel.is_set)
         except Cancelled:
             self.cancelled += 1
+            self.metrics.count("hedgespec_request_errors", kind="client_closed")
+            raise
+        except Exception:
+            self.metrics.count("hedgespec_request_errors", kind="generation_failed")
             raise
         finally:
             try:
@@ -148,6 +175,9 @@ class Ingress:
                     selector.end()
             finally:
                 self.in_flight.pop(rid, None)
+        record_generation(self.metrics, generation, len(job.tokens))
+        self.live.record(job.response_id, generation)
+        return generation
 
     async def _run(self, job: _Job, request: Request) -> Generation:
         future = asyncio.get_running_loop().run_in_executor(self.loops, self._generate, job)
@@ -168,7 +198,7 @@ class Ingress:
         on_text = lambda delta: loop.call_soon_threadsafe(deltas.put_nowait, delta)  # noqa: E731
         future = loop.run_in_executor(self.loops, self._generate, job, on_text)
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(deltas.put_nowait, None))
-        rid = api.completion_id(chat)
+        rid = job.response_id
         try:
             if chat:
                 yield _sse(api.chunk(chat, rid, body.model, None, None) | _role_delta())

@@ -19,18 +19,35 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300):
-    """Yields an httpx client on the running app; shuts down only the Ray instance it started."""
+def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300, metrics_export_port: int | None = None):
+    """Yields an httpx client on the running app; shuts down only the Ray instance it started.
+    With metrics_export_port, Ray serves the app's metrics there for Prometheus, updated every second
+    (Ray's default is every 10 s)."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance: no token to distribute
     import ray
+
+    metrics = {"_metrics_export_port": metrics_export_port, "_system_config": {"metrics_report_interval_ms": 1000}}
+    ray.init(num_cpus=num_cpus, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False,
+             **(metrics if metrics_export_port else {}))
+    try:
+        with running_app(args, timeout_s) as client:
+            yield client
+    finally:
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def running_app(args: dict, timeout_s: float = 300, **serve_options):
+    """Runs the app on the Ray instance this process is connected to, on a free loopback port, until
+    it answers /health; yields an httpx client on it and shuts Serve down at the end.
+    serve_options go to serve.start (e.g. proxy_location)."""
     from ray import serve
 
     from deployments.app import build_app
 
     port = free_port()
-    ray.init(num_cpus=num_cpus, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.start(http_options={"host": "127.0.0.1", "port": port}, **serve_options)
         serve.run(build_app(args), name="hedgespec", route_prefix="/", blocking=False)
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout_s)
         deadline = time.time() + timeout_s
@@ -41,7 +58,6 @@ def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300):
         yield client
     finally:
         serve.shutdown()
-        ray.shutdown()
 
 
 def _healthy(client: httpx.Client) -> bool:

@@ -1,7 +1,9 @@
 """The Selector deployment: per-request learner state (NormalHedge behind the delayed-feedback
 queue by default), fed each round's feedback, answering with the drafter for a coming round."""
+import numpy as np
 from ray import serve
 
+from deployments.metrics import Recorder
 from deployments.ordering import Sequencer
 from hedgespec.config import SelectorConfig
 from hedgespec.engine import build_selector
@@ -15,6 +17,18 @@ class SelectorDeployment:
         self.names, self.k = names, k
         self.selectors = {}
         self.order = Sequencer()
+        self.metrics = Recorder("hedgespec_selector_weight")
+        self.latest: dict[str, float] = {}
+
+    def _show(self, selector, choice: int) -> None:
+        """Exports the weights behind a choice; a selector without weights (fixed, rule, the
+        bandits) shows its choice as weight 1."""
+        weights = getattr(selector, "last_weights", None)
+        if weights is None:
+            weights = np.eye(len(self.names))[choice]
+        self.latest = {name: float(w) for name, w in zip(self.names, weights)}
+        for name, weight in self.latest.items():
+            self.metrics.set("hedgespec_selector_weight", weight, drafter=name)
 
     async def begin(self, request_id: str, seq: int, prompt_text: str, seed: int) -> None:
         async with self.order.turn(request_id, seq):
@@ -28,7 +42,9 @@ class SelectorDeployment:
             selector = self.selectors[request_id]
             for round_feedback in feedback:
                 selector.observe(round_feedback)
-            return selector.choose(awake)
+            choice = selector.choose(awake)
+            self._show(selector, choice)
+            return choice
 
     async def end(self, request_id: str, seq: int, feedback: list[RoundFeedback]) -> None:
         """Final feedback, then the request's learner state is dropped (also after a disconnect)."""
@@ -39,6 +55,10 @@ class SelectorDeployment:
                     selector.observe(round_feedback)
                 selector.end()
         self.order.forget(request_id)
+
+    async def weights(self) -> dict:
+        """The selector and its weights at the latest choice of any request (empty before the first)."""
+        return {"selector": self.config.name, "weights": self.latest}
 
     async def active(self) -> int:
         return len(self.selectors) + self.order.active

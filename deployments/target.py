@@ -6,6 +6,7 @@ import torch
 
 from ray import serve
 
+from deployments.metrics import Recorder
 from deployments.ordering import Sequencer
 from hedgespec.config import TargetConfig
 from hedgespec.interfaces import Draft, Verified
@@ -28,20 +29,26 @@ class TargetDeployment:
         # one forward at a time: requests interleave round by round (no cross-request batching yet)
         self.lock = threading.Lock()
         self.order = Sequencer()
+        self.metrics = Recorder("hedgespec_target_forward_seconds")
 
     def _locked(self, fn, *args):
         with self.lock:
             return fn(*args)
 
+    def _forward(self, phase: str, fn, *args):
+        """A timed forward; the time waiting for the lock (other requests' forwards) is not its own."""
+        with self.lock, self.metrics.timed("hedgespec_target_forward_seconds", phase=phase):
+            return fn(*args)
+
     async def prefill(self, request_id: str, seq: int, tokens: list[int], sampling: Sampling, seed: int):
         async with self.order.turn(request_id, seq):
             self.greedy[request_id] = sampling.greedy
-            hidden = await asyncio.to_thread(self._locked, self.target.prefill, request_id, tokens, sampling, seed)
+            hidden = await asyncio.to_thread(self._forward, "prefill", self.target.prefill, request_id, tokens, sampling, seed)
             return hidden.half()
 
     async def verify(self, request_id: str, seq: int, draft: Draft) -> Verified:
         async with self.order.turn(request_id, seq):
-            verified = await asyncio.to_thread(self._locked, self.target.verify, request_id, draft)
+            verified = await asyncio.to_thread(self._forward, "verify", self.target.verify, request_id, draft)
             return compact(verified, self.greedy[request_id])
 
     async def release(self, request_id: str, seq: int) -> None:

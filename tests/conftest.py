@@ -1,4 +1,8 @@
-"""Shared fixtures: tiny seeded Llama models that go through the real target/drafter code path."""
+"""Shared fixtures: tiny seeded Llama models that go through the real target/drafter code path,
+and the system tools the integration tests drive."""
+import os
+import shutil
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -19,3 +23,16 @@ def tiny_llama(seed: int, vocab: int = 8, layers: int = 1, dtype=torch.float32) 
 @pytest.fixture
 def tiny_lm():
     return lambda seed, **kw: CachedLM(tiny_llama(seed, **kw))
+
+
+@pytest.fixture(scope="session")
+def system_binary():
+    """A Debian tool an integration test drives (prometheus, chromium): the test is skipped where the
+    tool is missing, except in CI (CI=true), where .ci/run installs it and a missing one is a failure."""
+    def find(name: str) -> str:
+        path = shutil.which(name)
+        if path is None:
+            message = f"{name} is not installed (apt-get install {name}; .ci/run installs it)"
+            pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
+        return path
+    return find

@@ -31,3 +31,16 @@ def test_invariants_are_checked():
                          ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
     assert isinstance(load_config(path), EngineConfig)
+
+
+def test_custom_resources_pin_deployments_and_are_checked():
+    from hedgespec.config import ServeConfig
+    config = ServeConfig.model_validate({"target_resources": {"hedgespec_target": 1},
+                                         "groups": [{"name": "g", "drafters": ["prompt-lookup"], "resources": {"hedgespec_drafters": 0.5}}]})
+    assert config.target_resources == {"hedgespec_target": 1.0} and config.groups[0].resources == {"hedgespec_drafters": 0.5}
+    assert ServeConfig().target_resources == {} and ServeConfig().drafter_groups()[0].resources == {}
+    for bad, message in (({"GPU": 1}, "num_gpus"), ({"x": -1}, "greater than or equal"), ({"": 1}, "at least 1")):
+        with pytest.raises(ValidationError, match=message):
+            ServeConfig.model_validate({"target_resources": bad})
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        ServeConfig.model_validate({"target_resource": {"a": 1}})

@@ -99,6 +99,12 @@ class HedgeSpecSelector:
         self.name = name
         self.queries = 0  # finished queries, and the mean of their final weights
         self.mean_final = np.full(n, 1.0 / n)
+        self._played: np.ndarray | None = None
+
+    @property
+    def last_weights(self) -> np.ndarray | None:
+        """The weights behind the latest choice (None before the first): what monitoring shows."""
+        return None if self._played is None else self._played.copy()
 
     def prior(self) -> np.ndarray:
         uniform = np.full(self.n, 1.0 / self.n)
@@ -113,6 +119,7 @@ class HedgeSpecSelector:
 
     def choose(self, awake: np.ndarray | None) -> int:
         weights = self.reduction.play(self.position, awake)
+        self._played = weights
         return int(np.argmax(weights)) if self.act == "argmax" else sample_index(weights, self.rng)
 
     def observe(self, round: RoundFeedback) -> None:

@@ -1,0 +1,1 @@
+"""The Grafana dashboard of HedgeSpec Serve, built as code (dashboard.py) and provisioned with grafana-client (provision.py)."""

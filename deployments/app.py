@@ -18,8 +18,10 @@ def build_app(args: dict) -> Application:
     ).bind(engine.target.model_dump(), engine.threads)
     groups, names = [], []
     for group in config.drafter_groups():
+        scaling = ({"autoscaling_config": group.autoscaling.model_dump()} if group.autoscaling
+                   else {"num_replicas": group.num_replicas})
         groups.append(DrafterGroup.options(
-            name=f"DrafterGroup-{group.name}", num_replicas=group.num_replicas,
+            name=f"DrafterGroup-{group.name}", **scaling,
             ray_actor_options={"num_cpus": group.num_cpus, "num_gpus": group.num_gpus, "resources": group.resources},
         ).bind([by_name[n].model_dump() for n in group.drafters], engine.target.model_dump(), engine.threads))
         names.append(group.drafters)

@@ -102,11 +102,28 @@ CustomResources = Annotated[dict[Annotated[str, Field(min_length=1)], Annotated[
                             AfterValidator(_custom_only)]
 
 
+class AutoscalingConfig(Strict):
+    """Ray Serve autoscaling of a drafter group, on ongoing requests per replica. A replica that is
+    scaled away takes its requests' drafter state with it: those requests fail and must be retried,
+    so scale down gently (Serve waits `downscale_delay_s` before removing a replica)."""
+    min_replicas: int = Field(1, ge=1)
+    max_replicas: int = Field(4, ge=1, le=64)
+    target_ongoing_requests: float = Field(8.0, gt=0)
+    downscale_delay_s: float = Field(600.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("autoscaling: max_replicas < min_replicas")
+        return self
+
+
 class GroupConfig(Strict):
     """A drafter group: one Ray Serve deployment hosting some drafters of the pool."""
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
     drafters: list[str] = Field(min_length=1, description="names from engine.drafters")
-    num_replicas: int = Field(1, ge=1, le=64)
+    num_replicas: int = Field(1, ge=1, le=64, description="fixed replica count (ignored with autoscaling)")
+    autoscaling: AutoscalingConfig | None = None
     num_cpus: float = Field(0.25, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     resources: CustomResources = Field(default_factory=dict, description="custom Ray resources per replica")

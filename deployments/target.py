@@ -14,7 +14,7 @@ from hedgespec.models import loading
 from hedgespec.models.runner import CachedLM
 from hedgespec.models.target import HFTarget
 from hedgespec.sampling import Sampling
-from hedgespec.transport import compact
+from hedgespec.transport import compact, expand_draft
 
 
 @serve.deployment(name="Target", max_ongoing_requests=512)
@@ -48,6 +48,7 @@ class TargetDeployment:
 
     async def verify(self, request_id: str, seq: int, draft: Draft) -> Verified:
         async with self.order.turn(request_id, seq):
+            draft = expand_draft(draft, self.target.vocab)
             verified = await asyncio.to_thread(self._forward, "verify", self.target.verify, request_id, draft)
             return compact(verified, self.greedy[request_id])
 

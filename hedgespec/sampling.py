@@ -45,6 +45,22 @@ def process(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     return probs
 
 
+# a drafter's distribution keeps its most likely tokens only (see process_draft)
+DRAFT_SUPPORT = 64
+
+
+def process_draft(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """A drafter's distribution: processed as the target's is, then cut to its DRAFT_SUPPORT most
+    likely tokens and renormalised. Verification stays lossless for any q the draft was really drawn
+    from; the short support lets a draft's distributions cross process boundaries as a few KB
+    instead of a dense 200 KB row per token, at the price of the cut tail's small acceptance mass."""
+    probs = process(logits, sampling)
+    if sampling.greedy or probs.shape[-1] <= DRAFT_SUPPORT:
+        return probs
+    values, indices = probs.topk(DRAFT_SUPPORT, dim=-1)
+    return torch.zeros_like(probs).scatter_(-1, indices, values / values.sum(-1, keepdim=True))
+
+
 def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     """One token from a [V] distribution (argmax for a point mass, without consuming randomness)."""
     return int(torch.multinomial(probs, 1, generator=generator))

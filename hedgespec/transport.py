@@ -5,13 +5,16 @@ several times slower). Greedy target distributions are point masses at the commi
 they need no bytes at all; under sampling the target's rows travel as their top-`TOP` entries,
 which makes the drafters' gamma exact whenever the target's support is at most TOP tokens (top-k
 sampling) and otherwise low by at most the dropped tail mass. Hidden states travel in fp16.
-Verification itself never uses these compact forms: it runs where the full p is.
+Verification itself never uses the compact p: it runs where the full p is. A draft's own
+distributions have at most DRAFT_SUPPORT non-zero entries per row (sampling.process_draft), so
+they travel as exactly those entries and the target rebuilds the very q the draft was drawn from.
 """
 from dataclasses import replace
 
 import torch
 
-from hedgespec.interfaces import Verified
+from hedgespec.interfaces import Draft, Verified
+from hedgespec.sampling import DRAFT_SUPPORT
 
 TOP = 256
 
@@ -33,3 +36,17 @@ def expand(verified: Verified, vocab: int) -> Verified:
         indices, values = verified.probs
         probs = torch.zeros(len(indices), vocab).scatter_(-1, indices.long(), values.float())
     return replace(verified, probs=probs, hidden=verified.hidden.float())
+
+
+def compact_draft(draft: Draft) -> Draft:
+    if draft.probs is None or draft.probs.shape[-1] <= DRAFT_SUPPORT:
+        return draft
+    values, indices = draft.probs.topk(DRAFT_SUPPORT, dim=-1)
+    return Draft(draft.tokens, (indices.to(torch.int32), values))
+
+
+def expand_draft(draft: Draft, vocab: int) -> Draft:
+    if not isinstance(draft.probs, tuple):
+        return draft
+    indices, values = draft.probs
+    return Draft(draft.tokens, torch.zeros(len(indices), vocab).scatter_(-1, indices.long(), values))

@@ -141,3 +141,27 @@ def test_release_frees_request_state(tiny_lm):
     target.release("r")
     drafter.release("r")
     assert target.active == 0 and target.lm.active == 0 and drafter.lm.active == 0
+
+
+def test_truncated_draft_distributions_stay_lossless(tiny_lm, monkeypatch):
+    """Drafters keep only their most likely tokens (sampling.process_draft); with the support cut
+    to 3 of 8 tokens the committed text still follows the target's exact distribution."""
+    from hedgespec import sampling
+    monkeypatch.setattr(sampling, "DRAFT_SUPPORT", 3)
+    target_lm = tiny_lm(0)
+    target, drafter = HFTarget(target_lm), LMDrafter("tiny-1", tiny_lm(1))
+    counts = speculative_first_two(target, drafter, Sampling(1.0), 2, trials=TRIALS)
+    assert chi_square_pvalue(counts, exact_first_two(target_lm, Sampling(1.0))) > 1e-3
+
+
+def test_draft_distributions_travel_small_and_exact(tiny_lm):
+    import pickle
+
+    from hedgespec.transport import compact_draft, expand_draft
+    drafter = LMDrafter("d", tiny_lm(1, vocab=2048))
+    drafter.begin("r", PROMPT, None, Sampling(1.0), seed=3)
+    draft = drafter.propose("r", 5)
+    assert ((draft.probs > 0).sum(-1) <= 64).all()  # the drafter's own q has a short support
+    wire = compact_draft(draft)
+    assert len(pickle.dumps(wire)) < 0.1 * len(pickle.dumps(draft))
+    assert torch.equal(expand_draft(wire, 2048).probs, draft.probs)

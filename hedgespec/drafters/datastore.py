@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from hedgespec.interfaces import Draft, Observation, Verified
-from hedgespec.sampling import Sampling, draw, process
+from hedgespec.sampling import Sampling, draw, process_draft
 
 SEPARATOR = -1  # between documents: never matched, never proposed
 PAST_END = -2  # what a suffix reads beyond the end of the stream (sorts first, as in the build)
@@ -141,7 +141,7 @@ class DatastoreDrafter:
         tokens, counts = found
         logits = torch.full((1, self.vocab), float("-inf"))
         logits[0, torch.from_numpy(tokens.astype(np.int64))] = torch.from_numpy(np.log(counts)).float()
-        return process(logits, sampling)[0]
+        return process_draft(logits, sampling)[0]
 
     def _current(self, history: _History) -> torch.Tensor | None:
         if not history.known:

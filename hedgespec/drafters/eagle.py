@@ -24,7 +24,7 @@ from torch import Tensor
 from hedgespec.drafters.feature_head import KV, FeatureHead, Frozen, frozen_from_folder, frozen_from_model, load_head
 from hedgespec.interfaces import Draft, Observation, Verified
 from hedgespec.models import loading
-from hedgespec.sampling import Sampling, draw, process
+from hedgespec.sampling import Sampling, draw, process_draft
 
 
 @dataclass
@@ -77,7 +77,7 @@ class EagleDrafter:
 
     def _probs(self, features: Tensor, sampling: Sampling) -> Tensor:
         """[n, H] predicted states -> processed distributions on the draft vocabulary [n, R]."""
-        return process(features @ self.frozen.rows.T, sampling)
+        return process_draft(features @ self.frozen.rows.T, sampling)
 
     def _full(self, probs: Tensor) -> Tensor:
         rows = torch.zeros(len(probs), self.frozen.size)

@@ -10,7 +10,7 @@ import torch
 
 from hedgespec.interfaces import Draft, Observation, Verified
 from hedgespec.models.runner import CachedLM
-from hedgespec.sampling import Sampling, draw, process
+from hedgespec.sampling import Sampling, draw, process_draft
 
 
 @dataclass
@@ -42,7 +42,7 @@ class LMDrafter:
         token = request.pending
         for _ in range(k):
             logits, _ = self.lm.forward(request_id, [token])
-            probs = process(logits, request.sampling)[0]
+            probs = process_draft(logits, request.sampling)[0]
             token = draw(probs, request.generator)
             tokens.append(token)
             rows.append(probs)
@@ -55,7 +55,7 @@ class LMDrafter:
         logits, _ = self.lm.forward(request_id, [request.pending] + verified.tokens[:-1])
         request.cached += len(verified.tokens)
         request.pending = verified.tokens[-1]
-        probs = process(logits, request.sampling)
+        probs = process_draft(logits, request.sampling)
         return Observation(probs, torch.ones(len(probs), dtype=torch.bool))
 
     def release(self, request_id: str) -> None:

@@ -29,18 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     bench = commands.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     speed = bench.add_parser("speed", help="target-only vs speculative decoding on the same prompts, one run")
     _add_engine_args(speed)
-    _add_sampling_args(speed)
-    speed.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
-    speed.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    speed.add_argument("--json", help="also write the results to this JSON file")
+    _add_speed_args(speed)
     speed.set_defaults(run=_bench_speed)
 
     serve_bench = bench.add_parser("serve", help="HTTP (Ray Serve) vs in-process vs HTTP target-only, one run")
     serve_bench.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
-    _add_sampling_args(serve_bench)
-    serve_bench.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
-    serve_bench.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    serve_bench.add_argument("--json", help="also write the results to this JSON file")
+    _add_speed_args(serve_bench)
     serve_bench.set_defaults(run=_bench_serve)
 
     sel = bench.add_parser("selectors", help="every selector on the same queries, one run: MAT, tokens/s, regret")
@@ -195,6 +189,14 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+
+
+def _add_speed_args(parser: argparse.ArgumentParser) -> None:
+    """The speed comparisons: sampling, the prompts, and where the results go."""
+    _add_sampling_args(parser)
+    parser.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    parser.add_argument("--json", help="also write the results to this JSON file")
 
 
 def _engine_config(args):

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from hedgespec.feedback import DelayedLosses, MaturedLoss, RoundFeedback
@@ -100,7 +101,7 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
                     draft = pool.propose(rid, chosen, budget)
             verified = target.verify(rid, draft)
             if pool:
-                learning.pending.append((chosen, len(verified.tokens), pool.evaluate(rid, verified)))
+                learning.expect(chosen, len(verified.tokens), pool.evaluate(rid, verified))
             rounds.append(Round(pool.names[chosen] if chosen is not None else None, verified.drafted,
                                 verified.accepted, len(verified.tokens), time.perf_counter() - round_start))
             delta = stream.push(verified.tokens)
@@ -123,6 +124,10 @@ class Learning:
         self.selector, self.losses, self.k = selector, losses, k
         self.pending: deque = deque()  # (chosen, committed, future of Scores) per round
         self.delivered: list[MaturedLoss] = []
+
+    def expect(self, chosen: int | None, committed: int, scores: Future) -> None:
+        """A round's scores, which may arrive while later rounds run."""
+        self.pending.append((chosen, committed, scores))
 
     def absorb(self, wait: bool) -> None:
         while self.pending and (wait or self.pending[0][2].done()):

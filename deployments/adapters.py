@@ -13,7 +13,7 @@ from concurrent.futures import Executor, Future
 import numpy as np
 
 from hedgespec.feedback import RoundFeedback
-from hedgespec.interfaces import Draft, Verified
+from hedgespec.interfaces import Verified
 from hedgespec.pool import Scores, drafter_seeds
 from hedgespec.sampling import Sampling
 

@@ -1,5 +1,4 @@
 """Losslessness of verification on tiny models, checked against exact enumeration."""
-import itertools
 
 import numpy as np
 import pytest
@@ -7,7 +6,6 @@ import torch
 from scipy.stats import chisquare
 
 from hedgespec.drafters.lm import LMDrafter
-from hedgespec.interfaces import Draft
 from hedgespec.models import target as target_module
 from hedgespec.models.target import HFTarget
 from hedgespec.sampling import Sampling, draw, process

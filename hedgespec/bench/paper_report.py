@@ -67,7 +67,7 @@ def write(out: Path, results: dict, settings, config) -> None:
     sizes = sorted(scale, key=int)
     shift = results["shift"]
     o = results["overhead"]
-    lines = [f"# HedgeSpec on this pool: the paper's experiments\n", f"Produced by `{command}`.\n",
+    lines = ["# HedgeSpec on this pool: the paper's experiments\n", f"Produced by `{command}`.\n",
              "## Main table, greedy\n", f"Conditions: {conditions(settings, config, 0.0)}.\n", main_table(results["main-greedy"]),
              "\n## Main table, sampling\n", f"Conditions: {conditions(settings, config, settings.temperature)}.\n",
              main_table(results["main-sampling"]),

@@ -12,9 +12,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# everything the main job needs: the environment and the real SmolLM2 target in the cache
+# everything the main job needs: the environment, the real SmolLM2 target, the domain corpora and
+# the embedded drafter pool (committed heads; datastores built from the corpora) in the cache
 setup: install
 	$(BIN)/hedgespec prepare
+	$(BIN)/hedgespec data build
+	$(BIN)/hedgespec zoo install
 
 # the OpenAI-compatible Ray Serve application on http://127.0.0.1:8000 (Ctrl-C stops it)
 serve: setup

@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+from hedgespec.bench import PAPER_STEPS
 from hedgespec.config import load_config
 
 DEMO_PROMPT = ("Rewrite the following sentence in the past tense, then explain the change: "
@@ -54,12 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--queries-per-domain", type=int, default=8)
     matrix.add_argument("--max-tokens", type=int, default=96)
     matrix.add_argument("--speed-queries", type=int, default=1, help="real runs per domain and drafter for tokens/s")
+    matrix.add_argument("--baseline", nargs="+", default=[], metavar="DRAFTER",
+                        help="drafters measured but left out of the pool's oracle and best fixed drafter")
     matrix.add_argument("--json", help="write the results (JSON); Markdown and a heatmap PNG go beside it")
     matrix.set_defaults(run=_with_engine("matrix"))
 
     paper = bench.add_parser("paper", help="the paper's experiments, resumable: tables, plots, BENCHMARKS.md")
     paper.add_argument("--quick", action="store_true", help="the whole pipeline on tiny models (about a minute)")
     paper.add_argument("--out", default="out/paper", help="results folder (a rerun continues what it holds)")
+    paper.add_argument("--steps", nargs="+", default=list(PAPER_STEPS), choices=PAPER_STEPS,
+                       help="run only these steps (default: all); the report is written once every step is saved")
     paper.set_defaults(run=lambda args: _bench_commands().paper(args))
 
     overhead = bench.add_parser("overhead", help="learner update cost, and where a round's time goes")
@@ -77,12 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     zoo = commands.add_parser("zoo", help="the offline drafter pool (configs/pool.yaml)").add_subparsers(dest="zoo", required=True)
     zoo_build = zoo.add_parser("build", help="target features of every corpus, then the datastores (resumable, hours on CPU)")
     zoo_train = zoo.add_parser("train", help="the generalist head, then one specialist per domain (resumable)")
-    for sub in (zoo_build, zoo_train):
+    zoo_export = zoo.add_parser("export", help="write the trained heads (int8) and the target's answers into the "
+                                               "committed bundle (hedgespec/zoo/bundled)")
+    zoo_install = zoo.add_parser("install", help="the committed pool's datastores from the bundle and the corpora "
+                                                 "(minutes; after `hedgespec data build`)")
+    for sub in (zoo_build, zoo_train, zoo_export, zoo_install):
         sub.add_argument("--domains", nargs="+", help="default: all seven")
     zoo_train.add_argument("--general-minutes", type=float, default=60.0)
     zoo_train.add_argument("--specialist-minutes", type=float, default=20.0)
+    zoo_train.add_argument("--all-domains", action="store_true",
+                           help="also fine-tune one head on all domains at once (the baseline specialists must beat)")
     zoo_build.set_defaults(run=_zoo_build)
     zoo_train.set_defaults(run=_zoo_train)
+    zoo_export.set_defaults(run=_zoo_export)
+    zoo_install.set_defaults(run=_zoo_install)
 
     dashboards = commands.add_parser("dashboards", help="the Grafana dashboard (cluster/grafana)").add_subparsers(
         dest="dashboards", required=True)
@@ -126,8 +139,25 @@ def _zoo_build(args) -> int:
 def _zoo_train(args) -> int:
     import hedgespec.zoo as zoo_pipeline
     heads = zoo_pipeline.train(args.domains, general=zoo_pipeline.TrainSettings(max_minutes=args.general_minutes),
-                               specialist=zoo_pipeline.TrainSettings(max_minutes=args.specialist_minutes))
+                               specialist=zoo_pipeline.TrainSettings(max_minutes=args.specialist_minutes),
+                               all_domains=args.all_domains)
     print("\n".join(f"{name}: {path}" for name, path in heads.items()))
+    return 0
+
+
+def _zoo_export(args) -> int:
+    from hedgespec.zoo import bundle
+    print(bundle.export(args.domains))
+    return 0
+
+
+def _zoo_install(args) -> int:
+    from hedgespec.zoo import bundle
+    try:
+        print("\n".join(map(str, bundle.install(args.domains))))
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -218,7 +248,10 @@ def _prompts(path: str | None, limit: int | None) -> list[str]:
 
 
 def _sampling(args):
+    """From the sampling arguments; greedy for commands without them (bench matrix is greedy by design)."""
     from hedgespec.sampling import Sampling
+    if not hasattr(args, "temperature"):
+        return Sampling()
     return Sampling(args.temperature, args.top_k, args.top_p)
 
 

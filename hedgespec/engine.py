@@ -1,5 +1,6 @@
 """The in-process engine: builds the target, the drafter pool and a selector from an EngineConfig
 and runs the one decode loop for a prompt."""
+import copy
 from collections.abc import Callable
 
 import torch
@@ -31,6 +32,13 @@ class Engine:
         # one selector for the engine's sequential queries, so a warm start can carry across them
         names = [d.name for d in self.drafters]
         self.selector = build_selector(config.selector, names, config.k) if names else None
+
+    def with_drafters(self, drafters: list) -> "Engine":
+        """The same target with another pool of already built drafters (nothing is reloaded)."""
+        other = copy.copy(self)
+        other.drafters, other.pool = list(drafters), LocalPool(drafters)
+        other.selector = build_selector(self.config.selector, [d.name for d in drafters], self.config.k) if drafters else None
+        return other
 
     def encode(self, prompt: str | list[dict], chat: bool = True) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, chat)

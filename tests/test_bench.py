@@ -41,7 +41,8 @@ def test_selector_benchmark_on_tiny_models():
         assert summary["oracle"]["per_query_mat"][q] == max(summary[k]["per_query_mat"][q] for k in fixed)
     assert result["best_fixed"] == "fixed:same-model"  # the target's own weights accept everything
     assert summary["hedgespec"]["mat"] > summary["fixed:other-model"]["mat"]
-    assert summary["fixed:same-model"]["regret_per_token"] == pytest.approx(0.0, abs=1e-12)
+    # fixed drafters run alone: no loss vectors of the others, so no regret row; learners have one
+    assert "regret_per_token" not in summary["fixed:same-model"] and "regret_per_token" in summary["hedgespec"]
     json.dumps(result)  # the --json output is plain JSON
     assert "| hedgespec |" in selectors.table(result)
 
@@ -84,16 +85,35 @@ def test_matrix_on_tiny_models(tmp_path):
     assert "| same-model | " in matrix.markdown(result)
     matrix.heatmap(result, str(tmp_path / "m.png"))
     assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+    # a baseline is measured but is not part of the pool's oracle
+    without = matrix.run(engine, {"a": ["abc abc abc"]}, 16, baselines=["same-model"], progress=False)
+    assert without["mixed"]["best_fixed"] != "same-model" and without["mat"]["same-model"]["a"] > without["mixed"]["oracle_mat"]
+    with pytest.raises(ValueError, match="not in the config"):
+        matrix.run(engine, {"a": ["abc"]}, 8, baselines=["nobody"], progress=False)
+
+
+def test_matrix_compares_each_specialist_with_the_generalist_and_the_all_domains_head():
+    from hedgespec.bench import matrix
+    per_query = {"sql": {"eagle-sql": [2.0, 2.2, 2.1], "eagle-general": [1.5, 1.6, 2.3], "eagle-all-domains": [2.0, 2.3, 2.1]}}
+    result = {"queries_per_domain": {"sql": 3}, "per_query": per_query,
+              "mat": {n: {"sql": float(np.mean(v))} for n, v in per_query["sql"].items()}}
+    [(domain, versus)] = matrix._specialists(result).items()
+    gains = np.subtract(per_query["sql"]["eagle-sql"], per_query["sql"]["eagle-general"])
+    assert versus["generalist"]["gain"] == pytest.approx(gains.mean()) and versus["generalist"]["prompts_won"] == 2
+    assert versus["generalist"]["wins"] == bool(gains.mean() > gains.std())
+    assert versus["all_domains"]["prompts_won"] == 0 and not versus["all_domains"]["wins"]
 
 
 def test_paper_pipeline_quick_and_resumable(tmp_path, monkeypatch):
     from hedgespec.bench import paper
+    partial = paper.run(tmp_path, quick=True, only=("main-greedy",))
+    assert list(partial) == ["main-greedy"] and not (tmp_path / "BENCHMARKS.md").exists()
     results = paper.run(tmp_path, quick=True)
     for name in ("main-greedy.json", "main-sampling.json", "scaling.json", "shift.json", "overhead.json",
                  "BENCHMARKS.md", "regret.png", "scaling.png"):
         assert (tmp_path / name).exists(), name
     greedy = results["main-greedy"]["selectors"]
-    assert {"hedgespec", "ucbspec", "exp3spec", "router", "target-only", "oracle"} <= greedy.keys()
+    assert {"hedgespec", "ucbspec", "exp3spec", "router", "rule", "target-only", "oracle"} <= greedy.keys()
     assert greedy["target-only"]["mat"] <= 1.0 and greedy["oracle"]["mat"] >= greedy["fixed:other-model"]["mat"]
     assert set(results["scaling"]) == {"2", "4"}
     report = (tmp_path / "BENCHMARKS.md").read_text()
@@ -103,3 +123,16 @@ def test_paper_pipeline_quick_and_resumable(tmp_path, monkeypatch):
         raise AssertionError("a finished step ran again")
     monkeypatch.setattr(selectors, "run", no_rerun)
     assert paper.run(tmp_path, quick=True).keys() == results.keys()  # every step resumed from its JSON
+
+
+@pytest.mark.parametrize("argv, greedy", [(["bench", "matrix", "--config", "configs/tiny.yaml"], True),
+                                          (["bench", "overhead", "--config", "configs/tiny.yaml", "--temperature", "0.7"], False),
+                                          (["bench", "selectors", "--config", "configs/tiny.yaml"], True)])
+def test_every_bench_command_gets_its_config_and_sampling(argv, greedy, monkeypatch):
+    """The CLI wiring of the engine-backed benchmarks (the command itself is stubbed)."""
+    from hedgespec.bench import commands
+    from hedgespec.cli import main
+    seen = {}
+    monkeypatch.setattr(commands, argv[1], lambda args, config, sampling: seen.update(config=config, sampling=sampling) or 0)
+    assert main(argv) == 0
+    assert seen["config"].target.model == "tiny:0" and seen["sampling"].greedy == greedy

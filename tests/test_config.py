@@ -57,3 +57,23 @@ def test_group_autoscaling_reaches_the_deployment():
     with pytest.raises(ValidationError, match="max_replicas < min_replicas"):
         ServeConfig.model_validate({"groups": [{"name": "g", "drafters": ["prompt-lookup"],
                                                 "autoscaling": {"min_replicas": 3, "max_replicas": 2}}]})
+
+
+@pytest.mark.parametrize("path", [p for p in sorted((ROOT / "configs").glob("*.yaml")) + [ROOT / "serve_config.yaml"]
+                                  if "bundle:" in p.read_text()], ids=lambda p: p.name)
+def test_bundled_heads_named_by_the_configs_are_committed_and_fit_smollm2(path):
+    """The committed pool is complete: every `bundle:` head exists, is int8 and has SmolLM2's width
+    (576) and a draft vocabulary inside its 49152 tokens (read from the files, no model needed)."""
+    from safetensors import safe_open
+
+    from hedgespec.drafters import artifact_path
+    from hedgespec.drafters.feature_head import SCALE, load_head
+    heads = [d.artifact for d in load_config(path).drafters if d.artifact and d.artifact.startswith("bundle:")]
+    assert heads
+    for artifact in heads:
+        file = artifact_path(artifact)
+        assert file.exists(), f"{artifact} is not committed: `hedgespec zoo export`"
+        with safe_open(file, "pt") as f:
+            assert any(name.endswith(SCALE) for name in f.keys()), f"{artifact} is not int8"
+        head, vocab = load_head(file)
+        assert head.spec.hidden == 576 and 0 <= int(vocab.min()) and int(vocab.max()) < 49152

@@ -4,15 +4,19 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from hedgespec.config import DrafterConfig, EngineConfig, SelectorConfig, TargetConfig
+from hedgespec.drafters.datastore import Datastore
+from hedgespec.drafters.feature_head import load_head, save_head
 from hedgespec.engine import Engine
 from hedgespec.interfaces import Draft
 from hedgespec.sampling import Sampling
 from hedgespec.zoo import ExtractSettings, TrainSettings, build_pool, train
 from hedgespec.zoo import training
+from hedgespec.zoo.bundle import export, install
 from hedgespec.zoo.features import load_features
 from hedgespec.zoo.layout import checkpoint_path, features_dir, head_path, store_path
 
@@ -95,3 +99,50 @@ def test_pool_artifacts_load_as_drafters_and_keep_greedy_output(cache):
                                  selector=SelectorConfig(name="hedgespec-sleeping")))
     for prompt in ["def mean(values):", "Explain the following."]:
         assert engine.generate(prompt, 32).tokens == engine.generate(prompt, 32, speculate=False).tokens
+
+
+def test_int8_head_keeps_the_heads_predictions(cache, tmp_path):
+    train(["python"], "tiny:0", QUICK, QUICK, progress=False)
+    head, vocab = load_head(head_path("python"))
+    small = tmp_path / "python-int8.safetensors"
+    save_head(small, head, vocab, int8=True)
+    quantized, same_vocab = load_head(small)
+    assert torch.equal(vocab, same_vocab)
+    assert small.stat().st_size < 0.6 * head_path("python").stat().st_size
+    for (name, w), w8 in zip(head.state_dict().items(), quantized.state_dict().values()):
+        bound = w.abs().amax(-1, keepdim=True) / 127 if w.dim() == 2 else 1e-3 * w.abs().max()
+        # half a step from rounding to nearest, plus the fp16 scale's own rounding over up to 127 steps
+        assert ((w - w8).abs() <= bound * (0.5 + 127 * 2**-11) + 1e-6).all(), name
+    features = load_features("python")
+    states = torch.from_numpy(features.hidden[None, :64]).float()
+    embeds = torch.randn(1, 64, states.shape[-1])
+    full, _ = head(states, embeds, torch.arange(64))
+    eight, _ = quantized(states, embeds, torch.arange(64))
+    cosine = torch.nn.functional.cosine_similarity(full, eight, dim=-1)
+    assert cosine.min() > 0.99, cosine.min()
+
+
+def test_bundle_export_then_install_rebuilds_the_same_datastore(cache, tmp_path, monkeypatch):
+    train(["python"], "tiny:0", QUICK, QUICK, progress=False)
+    bundle_dir = export(["python"], bundle=tmp_path / "bundle")
+    assert sorted(p.name for p in (bundle_dir / "heads").iterdir()) == ["general.safetensors", "python.safetensors"]
+    fresh = tmp_path / "fresh-cache"
+    shutil.copytree(cache / "data", fresh / "data")
+    monkeypatch.setenv("HEDGESPEC_CACHE", str(fresh))
+    [installed] = install(["python"], "tiny:0", store_tokens=20_000, bundle=bundle_dir, progress=False)
+    built, rebuilt = Datastore.load(store_path("python", cache)), Datastore.load(installed)
+    assert np.array_equal(built.stream, rebuilt.stream) and np.array_equal(built.order, rebuilt.order)
+    with pytest.raises(FileNotFoundError, match="zoo export"):
+        install(["sql"], "tiny:0", bundle=bundle_dir, progress=False)
+
+
+def test_all_domains_head_trains_on_every_domain(cache, monkeypatch):
+    import hedgespec.zoo as zoo
+    build_pool(["sql"], "tiny:0", SETTINGS, store_tokens=20_000, progress=False)
+    monkeypatch.setattr(zoo, "DOMAINS", ["python", "sql"])
+    heads = train(["python"], "tiny:0", QUICK, QUICK, all_domains=True, progress=False)
+    report = json.loads(heads["all-domains"].with_suffix(".json").read_text())
+    python = json.loads(heads["python"].with_suffix(".json").read_text())["train_windows"]
+    sql = len(training.windows(load_features("sql"), QUICK.window, QUICK.holdout, QUICK.seed)[0])
+    assert report["train_windows"] > max(python, sql)  # it saw both domains
+    assert report["init"] == str(heads["general"])

@@ -34,7 +34,7 @@ def matrix(args, config, sampling) -> int:
     from hedgespec.data import DOMAINS, load_prompts
     from hedgespec.engine import Engine
     prompts = {d: [r["prompt"] for r in load_prompts(d)[:args.queries_per_domain]] for d in DOMAINS}
-    result = matrix_bench.run(Engine(config), prompts, args.max_tokens, args.speed_queries)
+    result = matrix_bench.run(Engine(config), prompts, args.max_tokens, args.speed_queries, args.baseline)
     table = matrix_bench.markdown(result)
     if args.json:
         out = Path(args.json)
@@ -66,6 +66,10 @@ def overhead(args, config, sampling) -> int:
 
 
 def paper(args) -> int:
-    paper_bench.run(Path(args.out), args.quick)
-    print((Path(args.out) / "BENCHMARKS.md").read_text())
+    results = paper_bench.run(Path(args.out), args.quick, only=tuple(args.steps))
+    missing = [step for step in paper_bench.STEPS if step not in results]
+    if missing:
+        print(f"saved so far in {args.out}: {', '.join(results)}; still to run: {', '.join(missing)}")
+    else:
+        print((Path(args.out) / "BENCHMARKS.md").read_text())
     return 0

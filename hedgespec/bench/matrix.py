@@ -2,19 +2,26 @@
 
 MAT is exact: under greedy decoding the committed text does not depend on the drafter, so one
 target trajectory per query scores every drafter (hedgespec.bench.replay). Tokens/s come from real
-runs of each drafter alone (and of the target alone) on the first queries of each domain.
+runs of each drafter alone (a pool of one, so no other drafter's evaluation is paid for) and of
+the target alone, on the first queries of each domain.
 """
+from collections.abc import Sequence
+
 import numpy as np
 from tqdm import tqdm
 
 from hedgespec.bench.replay import replay
-from hedgespec.config import SelectorConfig
-from hedgespec.engine import Engine, build_selector
+from hedgespec.engine import Engine
 
 
 def run(engine: Engine, prompts: dict[str, list[str]], max_tokens: int, speed_queries: int = 1,
-        progress: bool = True) -> dict:
+        baselines: Sequence[str] = (), progress: bool = True) -> dict:
+    """`baselines`: drafters measured for comparison but not in the pool, so left out of the oracle
+    and of the best fixed drafter."""
     names = [d.name for d in engine.drafters]
+    unknown = set(baselines) - set(names)
+    if unknown:
+        raise ValueError(f"baseline drafters {sorted(unknown)} are not in the config's pool")
     k = engine.config.k
     per_query = {domain: replay(engine, engine.drafters, qs, max_tokens, k)
                  for domain, qs in tqdm(prompts.items(), desc="replay", disable=not progress)}
@@ -23,13 +30,15 @@ def run(engine: Engine, prompts: dict[str, list[str]], max_tokens: int, speed_qu
     speed, target_only = _speeds(engine, prompts, max_tokens, speed_queries, progress)
     # the headroom a learner can win: the best drafter of each query against the best single drafter
     queries = [(d, q) for d in prompts for q in range(len(prompts[d]))]
-    oracle = float(np.mean([max(per_query[d][n][q] for n in names) for d, q in queries]))
+    pool = [n for n in names if n not in baselines]
+    oracle = float(np.mean([max(per_query[d][n][q] for n in pool) for d, q in queries]))
     fixed = {n: float(np.mean([per_query[d][n][q] for d, q in queries])) for n in names}
-    best_fixed = max(fixed, key=fixed.get)
+    best_fixed = max(pool, key=fixed.get)
     result = {"target": engine.config.target.model, "drafters": names, "k": k, "max_tokens": max_tokens,
               "queries_per_domain": {d: len(qs) for d, qs in prompts.items()}, "mat": mat, "spread": spread,
               "per_query": per_query, "tokens_per_s": speed, "target_only_tokens_per_s": target_only,
               "best_per_domain": {d: max(names, key=lambda n: mat[n][d]) for d in prompts},
+              "baselines": list(baselines),
               "mixed": {"oracle_mat": oracle, "best_fixed": best_fixed, "best_fixed_mat": fixed[best_fixed],
                         "oracle_over_best_fixed": oracle / fixed[best_fixed], "fixed_mat": fixed}}
     result["specialist_vs_generalist"] = _specialists(result)
@@ -44,11 +53,9 @@ def _speeds(engine: Engine, prompts: dict[str, list[str]], max_tokens: int, spee
     for domain in tqdm(prompts, desc="tokens/s", disable=not progress):
         chosen = [p for d, p in runs if d == domain]
         target_only[domain] = _tokens_per_s([engine.generate(p, max_tokens, speculate=False) for p in chosen])
-        for name in names:
-            config = SelectorConfig(name="fixed", drafter=name)
-            selector = build_selector(config, names, engine.config.k)
-            speed[name][domain] = _tokens_per_s([engine.generate(p, max_tokens, selector=selector, selector_config=config)
-                                                 for p in chosen])
+        for drafter in engine.drafters:
+            solo = engine.with_drafters([drafter])  # any selector picks the only drafter whenever it is awake
+            speed[drafter.name][domain] = _tokens_per_s([solo.generate(p, max_tokens) for p in chosen])
     return speed, target_only
 
 
@@ -57,8 +64,9 @@ def _tokens_per_s(generations) -> float:
 
 
 def _specialists(result: dict) -> dict:
-    """Where the pool follows the zoo's naming (eagle-general, eagle-<domain>): each specialist
-    against the generalist in its own domain, with the spread between prompts beside it."""
+    """Where the pool follows the zoo's naming (eagle-general, eagle-<domain>, eagle-all-domains):
+    each specialist in its own domain against the generalist (and the all-domains head, if
+    measured), with the spread of the per-prompt differences beside each gain."""
     if "eagle-general" not in result["mat"]:
         return {}
     out = {}
@@ -66,10 +74,13 @@ def _specialists(result: dict) -> dict:
         specialist = f"eagle-{domain}"
         if specialist not in result["mat"]:
             continue
-        diffs = np.subtract(result["per_query"][domain][specialist], result["per_query"][domain]["eagle-general"])
-        out[domain] = {"specialist": result["mat"][specialist][domain], "generalist": result["mat"]["eagle-general"][domain],
-                       "gain": float(diffs.mean()), "spread": float(diffs.std()),
-                       "wins": bool(diffs.mean() > diffs.std()), "prompts_won": int((diffs > 0).sum())}
+        out[domain] = {"specialist": result["mat"][specialist][domain]}
+        for label, other in (("generalist", "eagle-general"), ("all_domains", "eagle-all-domains")):
+            if other in result["mat"]:
+                diffs = np.subtract(result["per_query"][domain][specialist], result["per_query"][domain][other])
+                out[domain][label] = {"mat": result["mat"][other][domain], "gain": float(diffs.mean()),
+                                      "spread": float(diffs.std()), "wins": bool(diffs.mean() > diffs.std()),
+                                      "prompts_won": int((diffs > 0).sum())}
     return out
 
 
@@ -82,6 +93,15 @@ def markdown(result: dict) -> str:
     lines.append("| target-only tokens/s | " + " | ".join(f"{result['target_only_tokens_per_s'][d]:.1f}" for d in domains) + " | |")
     lines.append("| best drafter tokens/s | " + " | ".join(
         f"{result['tokens_per_s'][result['best_per_domain'][d]][d]:.1f}" for d in domains) + " | |")
+    versus = result["specialist_vs_generalist"]
+    if versus:
+        others = [k for k in ("generalist", "all_domains") if k in next(iter(versus.values()))]
+        lines += ["", "| domain | specialist | " + " | ".join(f"{k} | gain (spread) | prompts won" for k in others) + " |",
+                  "|---|---|" + "---|---|---|" * len(others)]
+        for domain, v in versus.items():
+            lines.append(f"| {domain} | {v['specialist']:.2f} | " + " | ".join(
+                f"{v[k]['mat']:.2f} | {v[k]['gain']:+.2f} ({v[k]['spread']:.2f}){' **win**' if v[k]['wins'] else ''} | "
+                f"{v[k]['prompts_won']}/{result['queries_per_domain'][domain]}" for k in others) + " |")
     mixed = result["mixed"]
     lines.append(f"\n`*` best in its domain. Per-query oracle MAT {mixed['oracle_mat']:.3f} vs best fixed "
                  f"({mixed['best_fixed']}) {mixed['best_fixed_mat']:.3f}: **{mixed['oracle_over_best_fixed']:.3f}x**.")

@@ -4,47 +4,52 @@ Steps (each saved as DIR/<step>.json and skipped when present, so an interrupted
 main-greedy / main-sampling (every method on the same mixed stream, per domain and overall),
 scaling (MAT against pool size, the pool grown with honest but weak decoy drafters), shift
 (reworded prompts: static router against HedgeSpec) and overhead. Then DIR/BENCHMARKS.md with the
-tables and the conditions beside every number, and regret.png and scaling.png.
+tables and the conditions beside every number, and regret.png and scaling.png. `--steps` runs only
+the named steps (say, in two processes at once); the report is written once every step is saved.
 `--quick` runs the whole pipeline on tiny models (a smoke test of the machinery, in the test suite).
 """
-import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from hedgespec.bench import overhead, paper_report, selectors
+from hedgespec.bench import PAPER_STEPS as STEPS, overhead, paper_report, selectors
 from hedgespec.bench.replay import replay
 from hedgespec.config import EngineConfig, SelectorConfig, load_config
-from hedgespec.engine import Engine, build_selector
-from hedgespec.pool import LocalPool
+from hedgespec.engine import Engine
 from hedgespec.sampling import Sampling
 
 
 @dataclass(frozen=True)
 class Settings:
     config: str = "configs/pool.yaml"
-    queries: int = 21  # mixed stream: 3 per domain
-    max_tokens: int = 96
+    queries: int = 14  # mixed stream: 2 per domain
+    sampling_queries: int = 7  # the sampling table's share of them (one per domain): it runs every drafter
+    max_tokens: int = 64
     temperature: float = 0.7  # the sampling half of the main table
     pool_sizes: tuple[int, ...] = (4, 8, 16, 32)
+    # the hand-written per-round rule: the first drafter whenever it is awake, else the second
+    rule: tuple[str, str] = ("prompt-lookup-2", "eagle-general")
     seed: int = 0
 
     @staticmethod
     def quick() -> "Settings":
-        return Settings(config="configs/tiny.yaml", queries=4, max_tokens=16, pool_sizes=(2, 4))
+        return Settings(config="configs/tiny.yaml", queries=4, sampling_queries=4, max_tokens=16, pool_sizes=(2, 4),
+                        rule=("prompt-lookup", "other-model"))
 
 
 QUICK_QUERIES = [{"prompt": "abc abc abc abc abc", "domain": "copy"}, {"prompt": "Write about the sea.", "domain": "prose"},
                  {"prompt": "one two three one two three", "domain": "copy"}, {"prompt": "Tell me a story.", "domain": "prose"}]
 
 
-def queries_for(settings: Settings, quick: bool, reworded: bool = False) -> list[dict]:
+def queries_for(settings: Settings, quick: bool, reworded: bool = False, n: int | None = None) -> list[dict]:
+    """The first `n` (default: settings.queries) queries of the mixed stream."""
+    n = settings.queries if n is None else n
     if quick:
-        return [q | {"prompt": ("Please: " if reworded else "") + q["prompt"]} for q in QUICK_QUERIES][:settings.queries]
+        return [q | {"prompt": ("Please: " if reworded else "") + q["prompt"]} for q in QUICK_QUERIES][:n]
     from hedgespec.data import mixed_stream
-    return mixed_stream(None, settings.queries, settings.seed, reworded)
+    return mixed_stream(None, n, settings.seed, reworded)
 
 
 def routes_for(names: list[str], quick: bool) -> dict[str, str]:
@@ -53,14 +58,6 @@ def routes_for(names: list[str], quick: bool) -> dict[str, str]:
         return {"copy": "prompt-lookup", "prose": "same-model"}
     from hedgespec.data import DOMAINS
     return {d: f"eagle-{d}" for d in DOMAINS if f"eagle-{d}" in names}
-
-
-def with_drafters(engine: Engine, drafters: list) -> Engine:
-    """The same target with another pool (the models are shared, not reloaded)."""
-    other = copy.copy(engine)
-    other.drafters, other.pool = drafters, LocalPool(drafters)
-    other.selector = build_selector(engine.config.selector, [d.name for d in drafters], engine.config.k)
-    return other
 
 
 def decoys(engine: Engine, count: int, quick: bool, seed: int) -> list:
@@ -86,9 +83,9 @@ def decoys(engine: Engine, count: int, quick: bool, seed: int) -> list:
 
 def main_table(engine: Engine, settings: Settings, quick: bool, temperature: float) -> dict:
     names = [d.name for d in engine.drafters]
-    chosen = selectors.default_selectors(names, None, routes_for(names, quick) or None)
-    return selectors.run(engine, queries_for(settings, quick), chosen, settings.max_tokens, Sampling(temperature),
-                         settings.seed, target_only=True)
+    chosen = selectors.default_selectors(names, settings.rule, routes_for(names, quick) or None)
+    queries = queries_for(settings, quick, n=settings.sampling_queries if temperature > 0 else settings.queries)
+    return selectors.run(engine, queries, chosen, settings.max_tokens, Sampling(temperature), settings.seed, target_only=True)
 
 
 def scaling(engine: Engine, settings: Settings, quick: bool) -> dict:
@@ -96,22 +93,23 @@ def scaling(engine: Engine, settings: Settings, quick: bool) -> dict:
               "exp3spec": SelectorConfig(name="exp3spec")}
     extra = decoys(engine, max(0, max(settings.pool_sizes) - len(engine.drafters)), quick, settings.seed)
     queries = queries_for(settings, quick)
+    everyone = (engine.drafters + extra)[:max(settings.pool_sizes)]
+    # the per-query oracle by exact greedy replay, every drafter once: no run per drafter needed
+    mats = replay(engine, everyone, [q["prompt"] for q in queries], settings.max_tokens, engine.config.k)
     out = {}
     for n in settings.pool_sizes:
-        pool = (engine.drafters + extra)[:n]
-        sized = with_drafters(engine, pool)
-        result = selectors.run(sized, queries, chosen, settings.max_tokens, Sampling(), settings.seed, progress=False)
+        pool = everyone[:n]
+        result = selectors.run(engine.with_drafters(pool), queries, chosen, settings.max_tokens, Sampling(), settings.seed,
+                               progress=False)
         out[str(n)] = {label: result["selectors"][label]["mat"] for label in chosen}
-        # the per-query oracle by exact greedy replay: no run per drafter needed
-        mats = replay(sized, pool, [q["prompt"] for q in queries], settings.max_tokens, engine.config.k)
-        out[str(n)]["oracle"] = float(np.mean(np.max(list(mats.values()), axis=0)))
+        out[str(n)]["oracle"] = float(np.mean(np.max([mats[d.name] for d in pool], axis=0)))
         out[str(n)]["drafters"] = [d.name for d in pool]
     return out
 
 
 def shift(engine: Engine, settings: Settings, quick: bool) -> dict:
     names = [d.name for d in engine.drafters]
-    chosen = {"hedgespec": SelectorConfig(name="hedgespec")}
+    chosen = {"hedgespec": SelectorConfig(name="hedgespec"), "hedgespec-sleeping": SelectorConfig(name="hedgespec-sleeping")}
     routes = routes_for(names, quick)
     if routes:
         chosen["router"] = SelectorConfig(name="router", routes=routes, fallback=names[0])
@@ -123,7 +121,8 @@ def shift(engine: Engine, settings: Settings, quick: bool) -> dict:
     return out
 
 
-def run(out: Path, quick: bool = False, settings: Settings | None = None) -> dict:
+def run(out: Path, quick: bool = False, settings: Settings | None = None, only: tuple[str, ...] = STEPS) -> dict:
+    """Runs the steps in `only` that are not saved yet; writes the report once all are."""
     settings = settings or (Settings.quick() if quick else Settings())
     out.mkdir(parents=True, exist_ok=True)
     config: EngineConfig = load_config(settings.config)
@@ -142,8 +141,9 @@ def run(out: Path, quick: bool = False, settings: Settings | None = None) -> dic
         path = out / f"{name}.json"
         if path.exists():  # finished in an earlier run
             results[name] = json.loads(path.read_text())
-            continue
-        results[name] = step()
-        path.write_text(json.dumps(results[name]))
-    paper_report.write(out, results, settings, config)
+        elif name in only:
+            results[name] = step()
+            path.write_text(json.dumps(results[name]))
+    if results.keys() == steps.keys():
+        paper_report.write(out, results, settings, config)
     return results

@@ -1,10 +1,11 @@
 """`hedgespec bench selectors`: every selector on the same queries in one run.
 
-Per selector: MAT, tokens/s and per-query MAT; for every selector, the cumulative regret per
-committed token against the best single drafter of that query, measured on the full-information
-loss vectors (EAL, corrected estimator) that the evaluation phase computes for every drafter at
-every round start, whoever drafted. The per-query oracle is the best fixed drafter's run of each
-query, picked in hindsight.
+Per selector: MAT, tokens/s and per-query MAT; for every selector over the whole pool, the
+cumulative regret per committed token against the best single drafter of that query, measured on
+the full-information loss vectors (EAL, corrected estimator) that the evaluation phase computes for
+every drafter at every round start, whoever drafted. A fixed drafter runs alone (a pool of one), as
+a single-drafter deployment would, so its tokens/s pays for no other drafter's evaluation. The
+per-query oracle is the best fixed drafter's run of each query, picked in hindsight.
 """
 import numpy as np
 from tqdm import tqdm
@@ -58,6 +59,8 @@ def run(engine: Engine, queries: list[dict], selectors: dict[str, SelectorConfig
     """`target_only` adds a row of target-only decoding on the same queries."""
     names = [d.name for d in engine.drafters]
     instances = {label: build_selector(config, names, engine.config.k, seed) for label, config in selectors.items()}
+    alone = {label: engine.with_drafters([engine.drafters[names.index(config.drafter)]])
+             for label, config in selectors.items() if config.name == "fixed"}
     engine.generate(queries[0]["prompt"], 8, sampling, seed)  # warm-up
     labels = [*selectors, "target-only"] if target_only else list(selectors)
     results = {label: {"tokens": 0, "seconds": 0.0, "forwards": 0, "per_query_mat": [], "per_query_tokens_per_s": [],
@@ -69,6 +72,8 @@ def run(engine: Engine, queries: list[dict], selectors: dict[str, SelectorConfig
         for label in order:
             if label == "target-only":
                 gen = engine.generate(query["prompt"], max_tokens, sampling, seed + q, speculate=False)
+            elif label in alone:
+                gen = alone[label].generate(query["prompt"], max_tokens, sampling, seed + q)
             else:
                 gen = engine.generate(query["prompt"], max_tokens, sampling, seed + q, selector=instances[label],
                                       selector_config=selectors[label])
@@ -82,17 +87,19 @@ def run(engine: Engine, queries: list[dict], selectors: dict[str, SelectorConfig
             result["forwards"] += gen.target_forwards
             result["per_query_mat"].append(gen.mat)
             result["per_query_tokens_per_s"].append(len(gen.tokens) / gen.seconds)
-            tokens, curve, per_token = regret_curve(gen, names)
-            result["regret_per_token"].append(per_token)
-            result["regret_curves"].append([tokens, curve])
+            if label not in alone and label != "target-only":
+                tokens, curve, per_token = regret_curve(gen, names)
+                result["regret_per_token"].append(per_token)
+                result["regret_curves"].append([tokens, curve])
             bar.update()
     bar.close()
     summary = {}
     for label, result in results.items():
+        regrets = result.pop("regret_per_token")
         summary[label] = {**result, "mat": result["tokens"] / result["forwards"],
-                          "tokens_per_s": result["tokens"] / result["seconds"],
-                          "per_query_regret_per_token": result["regret_per_token"],
-                          "regret_per_token": float(np.mean(result["regret_per_token"]))}
+                          "tokens_per_s": result["tokens"] / result["seconds"]}
+        if regrets:
+            summary[label] |= {"per_query_regret_per_token": regrets, "regret_per_token": float(np.mean(regrets))}
     fixed = [label for label in labels if label.startswith("fixed:")]
     best_fixed = max(fixed, key=lambda label: summary[label]["mat"]) if fixed else None
     if fixed:

@@ -9,6 +9,7 @@ from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
 from hedgespec.models import loading
 from hedgespec.models.runner import CachedLM
 from hedgespec.paths import cache_dir
+from hedgespec.zoo.layout import BUNDLE
 
 
 def build_drafter(config: DrafterConfig, vocab: int, tokenizer, target: TargetConfig, target_model=None):
@@ -31,7 +32,13 @@ def build_drafter(config: DrafterConfig, vocab: int, tokenizer, target: TargetCo
     return LMDrafter(config.name, lm)
 
 
+BUNDLE_PREFIX = "bundle:"
+
+
 def artifact_path(artifact: str) -> Path:
-    """Relative artifact paths are inside the cache directory, where `hedgespec zoo` writes them."""
+    """`bundle:PATH` is in the committed pool (hedgespec/zoo/bundled); other relative paths are in
+    the cache directory, where `hedgespec zoo` writes them."""
+    if artifact.startswith(BUNDLE_PREFIX):
+        return BUNDLE / artifact[len(BUNDLE_PREFIX):]
     path = Path(artifact).expanduser()
     return path if path.is_absolute() else cache_dir() / path

@@ -7,8 +7,8 @@ head, restricted to a draft vocabulary, turns that prediction into a next-token 
     concat(f_i, embed(x_{i+1})) -> Linear(2H -> H) -> one Llama decoder layer -> RMSNorm -> f^_{i+1}
 
 The layer is written out here (rather than borrowing transformers' internals) so that its KV cache
-is two plain tensors a drafter can slice back after rejected drafts. Heads are saved as fp16
-safetensors with their draft vocabulary and shape inside, a few MB each.
+is two plain tensors a drafter can slice back after rejected drafts. Heads are saved as fp16 (or
+int8) safetensors with their draft vocabulary and shape inside, a few MB each.
 """
 import functools
 import json
@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 KV = tuple[Tensor, Tensor]  # [1, kv_heads, length, head_dim] each
+SCALE = ".int8_scale"  # suffix of the per-row scales of an int8 matrix in a saved head
 
 
 @dataclass(frozen=True)
@@ -106,9 +107,19 @@ class FeatureHead(nn.Module):
         return self.norm(x), cache
 
 
-def save_head(path: Path, head: FeatureHead, vocab: Tensor) -> None:
-    """fp16 weights plus the draft vocabulary and the shape; written whole (temp file, then rename)."""
-    tensors = {name: t.detach().to(torch.float16).contiguous() for name, t in head.state_dict().items()}
+def save_head(path: Path, head: FeatureHead, vocab: Tensor, int8: bool = False) -> None:
+    """fp16 weights (or, with `int8`, matrices as int8 with one fp16 scale per output row: half the
+    size, for the heads committed to the repository) plus the draft vocabulary and the shape;
+    written whole (temp file, then rename)."""
+    tensors = {}
+    for name, t in head.state_dict().items():
+        t = t.detach().float()
+        if int8 and t.dim() == 2:
+            scale = t.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127
+            tensors[name] = (t / scale).round().to(torch.int8).contiguous()
+            tensors[name + SCALE] = scale.to(torch.float16).contiguous()
+        else:
+            tensors[name] = t.to(torch.float16).contiguous()
     tensors["vocab"] = vocab.to(torch.int32).contiguous()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -117,13 +128,15 @@ def save_head(path: Path, head: FeatureHead, vocab: Tensor) -> None:
 
 
 def load_head(path: Path) -> tuple[FeatureHead, Tensor]:
-    """(the head in float32, eval mode; its draft vocabulary as token ids)."""
+    """(the head in float32, eval mode; its draft vocabulary as token ids), from either format."""
     with safe_open(path, "pt") as f:
         spec = HeadSpec(**json.loads(f.metadata()["spec"]))
     tensors = load_file(path)
     vocab = tensors.pop("vocab").long()
+    scales = {name[:-len(SCALE)]: tensors.pop(name) for name in list(tensors) if name.endswith(SCALE)}
     head = FeatureHead(spec)
-    head.load_state_dict({name: t.float() for name, t in tensors.items()})
+    head.load_state_dict({name: t.float() * scales[name].float() if name in scales else t.float()
+                          for name, t in tensors.items()})
     return head.eval(), vocab
 
 

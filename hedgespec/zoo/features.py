@@ -188,18 +188,13 @@ def save_shard(path: Path, sequences: list[list[int]], hidden: list[np.ndarray],
     partial.rename(path)
 
 
-def load_features(name: str, cache: Path | None = None) -> Features:
-    """Every shard of corpus `name`, concatenated."""
-    parts = _shards(name, cache, ("tokens", "hidden", "starts", "answers"))
+def load_features(*names: str, cache: Path | None = None) -> Features:
+    """Every shard of the named corpora, concatenated."""
+    parts = [part for name in names for part in _shards(name, cache, ("tokens", "hidden", "starts", "answers"))]
     offsets = np.cumsum([0] + [len(p["tokens"]) for p in parts])
     starts = np.concatenate([p["starts"][:-1] + o for p, o in zip(parts, offsets)] + [offsets[-1:]])
     return Features(np.concatenate([p["tokens"] for p in parts]), np.concatenate([p["hidden"] for p in parts]),
                     starts, np.concatenate([p["answers"] for p in parts]))
-
-
-def load_tokens(name: str, cache: Path | None = None) -> np.ndarray:
-    """Only the tokens of corpus `name`'s features (the states are not read)."""
-    return np.concatenate([p["tokens"] for p in _shards(name, cache, ("tokens",))])
 
 
 def _shards(name: str, cache: Path | None, keys: tuple[str, ...]) -> list[dict]:

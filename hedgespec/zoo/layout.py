@@ -3,7 +3,9 @@ from pathlib import Path
 
 from hedgespec.paths import cache_dir
 
+BUNDLE = Path(__file__).parent / "bundled"  # the committed pool (hedgespec.zoo.bundle)
 GENERAL = "general"  # the corpus the generalist head is trained on (never a domain's data)
+ALL_DOMAINS = "all-domains"  # the head fine-tuned on every domain's data at once (a baseline)
 
 
 def zoo_dir(cache: Path | None = None) -> Path:

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     paper.add_argument("--quick", action="store_true", help="the whole pipeline on tiny models (about a minute)")
     paper.add_argument("--out", default="out/paper", help="results folder (a rerun continues what it holds)")
     paper.add_argument("--steps", nargs="+", default=list(PAPER_STEPS), choices=PAPER_STEPS,
-                       help="run only these steps (default: all); the report is written once every step is saved")
+                       help="run only these steps (default: all); the report covers what is saved")
     paper.set_defaults(run=lambda args: _bench_commands().paper(args))
 
     overhead = bench.add_parser("overhead", help="learner update cost, and where a round's time goes")

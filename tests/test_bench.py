@@ -107,7 +107,8 @@ def test_matrix_compares_each_specialist_with_the_generalist_and_the_all_domains
 def test_paper_pipeline_quick_and_resumable(tmp_path, monkeypatch):
     from hedgespec.bench import paper
     partial = paper.run(tmp_path, quick=True, only=("main-greedy",))
-    assert list(partial) == ["main-greedy"] and not (tmp_path / "BENCHMARKS.md").exists()
+    assert list(partial) == ["main-greedy"] and not (tmp_path / "scaling.json").exists()
+    assert "Not run yet: main-sampling, scaling, shift, overhead" in (tmp_path / "BENCHMARKS.md").read_text()
     results = paper.run(tmp_path, quick=True)
     for name in ("main-greedy.json", "main-sampling.json", "scaling.json", "shift.json", "overhead.json",
                  "BENCHMARKS.md", "regret.png", "scaling.png"):
@@ -117,7 +118,8 @@ def test_paper_pipeline_quick_and_resumable(tmp_path, monkeypatch):
     assert greedy["target-only"]["mat"] <= 1.0 and greedy["oracle"]["mat"] >= greedy["fixed:other-model"]["mat"]
     assert set(results["scaling"]) == {"2", "4"}
     report = (tmp_path / "BENCHMARKS.md").read_text()
-    assert "Conditions:" in report and "--quick" in report
+    assert "Conditions:" in report and "--quick" in report and "Not run yet" not in report
+    assert "## Pool size" in report and "## Overheads" in report and "Rewording:" in report
 
     def no_rerun(*args, **kwargs):
         raise AssertionError("a finished step ran again")

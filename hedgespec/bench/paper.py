@@ -5,7 +5,8 @@ main-greedy / main-sampling (every method on the same mixed stream, per domain a
 scaling (MAT against pool size, the pool grown with honest but weak decoy drafters), shift
 (reworded prompts: static router against HedgeSpec) and overhead. Then DIR/BENCHMARKS.md with the
 tables and the conditions beside every number, and regret.png and scaling.png. `--steps` runs only
-the named steps (say, in two processes at once); the report is written once every step is saved.
+the named steps (say, in two processes at once); the report covers the steps saved so far and names
+the ones still to run.
 `--quick` runs the whole pipeline on tiny models (a smoke test of the machinery, in the test suite).
 """
 import json
@@ -25,7 +26,9 @@ from hedgespec.sampling import Sampling
 class Settings:
     config: str = "configs/pool.yaml"
     queries: int = 14  # mixed stream: 2 per domain
-    sampling_queries: int = 7  # the sampling table's share of them (one per domain): it runs every drafter
+    # the first queries (one per domain) that the costlier steps use: the sampling table (it runs
+    # every drafter), pool-size scaling (four pools) and the shift (two prompt sets)
+    subset_queries: int = 7
     max_tokens: int = 64
     temperature: float = 0.7  # the sampling half of the main table
     pool_sizes: tuple[int, ...] = (4, 8, 16, 32)
@@ -35,7 +38,7 @@ class Settings:
 
     @staticmethod
     def quick() -> "Settings":
-        return Settings(config="configs/tiny.yaml", queries=4, sampling_queries=4, max_tokens=16, pool_sizes=(2, 4),
+        return Settings(config="configs/tiny.yaml", queries=4, subset_queries=4, max_tokens=16, pool_sizes=(2, 4),
                         rule=("prompt-lookup", "other-model"))
 
 
@@ -84,7 +87,7 @@ def decoys(engine: Engine, count: int, quick: bool, seed: int) -> list:
 def main_table(engine: Engine, settings: Settings, quick: bool, temperature: float) -> dict:
     names = [d.name for d in engine.drafters]
     chosen = selectors.default_selectors(names, settings.rule, routes_for(names, quick) or None)
-    queries = queries_for(settings, quick, n=settings.sampling_queries if temperature > 0 else settings.queries)
+    queries = queries_for(settings, quick, n=settings.subset_queries if temperature > 0 else settings.queries)
     return selectors.run(engine, queries, chosen, settings.max_tokens, Sampling(temperature), settings.seed, target_only=True)
 
 
@@ -92,7 +95,7 @@ def scaling(engine: Engine, settings: Settings, quick: bool) -> dict:
     chosen = {"hedgespec": SelectorConfig(name="hedgespec"), "ucbspec": SelectorConfig(name="ucbspec"),
               "exp3spec": SelectorConfig(name="exp3spec")}
     extra = decoys(engine, max(0, max(settings.pool_sizes) - len(engine.drafters)), quick, settings.seed)
-    queries = queries_for(settings, quick)
+    queries = queries_for(settings, quick, n=settings.subset_queries)
     everyone = (engine.drafters + extra)[:max(settings.pool_sizes)]
     # the per-query oracle by exact greedy replay, every drafter once: no run per drafter needed
     mats = replay(engine, everyone, [q["prompt"] for q in queries], settings.max_tokens, engine.config.k)
@@ -115,14 +118,14 @@ def shift(engine: Engine, settings: Settings, quick: bool) -> dict:
         chosen["router"] = SelectorConfig(name="router", routes=routes, fallback=names[0])
     out = {}
     for label, reworded in (("original", False), ("reworded", True)):
-        result = selectors.run(engine, queries_for(settings, quick, reworded), chosen, settings.max_tokens, Sampling(),
-                               settings.seed, progress=False)
+        queries = queries_for(settings, quick, reworded, settings.subset_queries)
+        result = selectors.run(engine, queries, chosen, settings.max_tokens, Sampling(), settings.seed, progress=False)
         out[label] = {name: result["selectors"][name]["mat"] for name in chosen}
     return out
 
 
 def run(out: Path, quick: bool = False, settings: Settings | None = None, only: tuple[str, ...] = STEPS) -> dict:
-    """Runs the steps in `only` that are not saved yet; writes the report once all are."""
+    """Runs the steps in `only` that are not saved yet, then writes the report of what is saved."""
     settings = settings or (Settings.quick() if quick else Settings())
     out.mkdir(parents=True, exist_ok=True)
     config: EngineConfig = load_config(settings.config)
@@ -144,6 +147,6 @@ def run(out: Path, quick: bool = False, settings: Settings | None = None, only: 
         elif name in only:
             results[name] = step()
             path.write_text(json.dumps(results[name]))
-    if results.keys() == steps.keys():
+    if results:
         paper_report.write(out, results, settings, config)
     return results

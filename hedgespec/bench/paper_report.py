@@ -28,8 +28,23 @@ def main_table(result: dict) -> str:
 
 
 def checks(results: dict) -> list[str]:
-    """The paper's claims as measured here, in the units of the tables above (MAT averaged per query)."""
-    greedy = results["main-greedy"]["selectors"]
+    """The paper's claims as measured here, in the units of the tables below (MAT averaged per query)."""
+    lines = []
+    if "main-greedy" in results:
+        lines += greedy_checks(results["main-greedy"]["selectors"])
+    if "scaling" in results:
+        sizes = sorted(results["scaling"], key=int)
+        first, last = results["scaling"][sizes[-2]], results["scaling"][sizes[-1]]
+        lines.append(f"- Pool size {sizes[-2]} -> {sizes[-1]}: " + ", ".join(
+            f"{m} {100 * (last[m] / first[m] - 1):+.1f}%" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle")) + " MAT.")
+    if "shift" in results:
+        shift = results["shift"]
+        lines.append("- Rewording: " + ", ".join(
+            f"{m} {100 * (shift['reworded'][m] / shift['original'][m] - 1):+.1f}%" for m in shift["original"]) + " MAT.")
+    return lines
+
+
+def greedy_checks(greedy: dict) -> list[str]:
     mat = {label: float(np.mean(s["per_query_mat"])) for label, s in greedy.items()}
     best_fixed = max((label for label in mat if label.startswith("fixed:")), key=mat.get)
     lines = [f"- HedgeSpec / per-query oracle: {mat['hedgespec']:.3f} / {mat['oracle']:.3f} = "
@@ -37,14 +52,6 @@ def checks(results: dict) -> list[str]:
              *[f"- HedgeSpec against {b}: {100 * (mat['hedgespec'] / mat[b] - 1):+.1f}% MAT." for b in ("ucbspec", "exp3spec")]]
     if "rule" in mat:
         lines.append(f"- Sleeping HedgeSpec {mat['hedgespec-sleeping']:.3f} against the per-round rule {mat['rule']:.3f}.")
-    sizes = sorted(results["scaling"], key=int)
-    if len(sizes) >= 2:
-        first, last = results["scaling"][sizes[-2]], results["scaling"][sizes[-1]]
-        lines.append(f"- Pool size {sizes[-2]} -> {sizes[-1]}: " + ", ".join(
-            f"{m} {100 * (last[m] / first[m] - 1):+.1f}%" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle")) + " MAT.")
-    shift = results["shift"]
-    lines.append("- Rewording: " + ", ".join(
-        f"{m} {100 * (shift['reworded'][m] / shift['original'][m] - 1):+.1f}%" for m in shift["original"]) + " MAT.")
     return lines
 
 
@@ -53,64 +60,81 @@ def mean_regret(result: dict, label: str, grid: np.ndarray) -> np.ndarray:
     return np.mean(curves, axis=0) if curves else np.zeros_like(grid, dtype=float)
 
 
-def plots(out: Path, results: dict, max_tokens: int) -> None:
+def _figure(path: Path, draw) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid = np.arange(1, max_tokens + 1)
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label in REGRET_METHODS:
-        if label in results["main-greedy"]["selectors"]:
-            ax.plot(grid, mean_regret(results["main-greedy"], label, grid), label=label)
-    ax.set(xlabel="committed tokens", ylabel="cumulative regret (EAL loss)", title="Regret against the best drafter of each query")
+    draw(ax)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "regret.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
-    sizes = sorted(results["scaling"], key=int)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label in ("hedgespec", "ucbspec", "exp3spec", "oracle"):
-        ax.plot([int(n) for n in sizes], [results["scaling"][n][label] for n in sizes], marker="o", label=label)
-    ax.set(xlabel="drafters in the pool (N)", ylabel="MAT", xscale="log", title="MAT against pool size")
-    ax.set_xticks([int(n) for n in sizes], sizes)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "scaling.png", dpi=120)
-    plt.close(fig)
+
+def plots(out: Path, results: dict, max_tokens: int) -> None:
+    """regret.png (from main-greedy) and scaling.png (from scaling), for the steps saved so far."""
+    if "main-greedy" in results:
+        grid = np.arange(1, max_tokens + 1)
+
+        def regret(ax):
+            for label in REGRET_METHODS:
+                if label in results["main-greedy"]["selectors"]:
+                    ax.plot(grid, mean_regret(results["main-greedy"], label, grid), label=label)
+            ax.set(xlabel="committed tokens", ylabel="cumulative regret (EAL loss)",
+                   title="Regret against the best drafter of each query")
+        _figure(out / "regret.png", regret)
+    if "scaling" in results:
+        sizes = sorted(results["scaling"], key=int)
+
+        def scaling(ax):
+            for label in ("hedgespec", "ucbspec", "exp3spec", "oracle"):
+                ax.plot([int(n) for n in sizes], [results["scaling"][n][label] for n in sizes], marker="o", label=label)
+            ax.set(xlabel="drafters in the pool (N)", ylabel="MAT", xscale="log", title="MAT against pool size")
+            ax.set_xticks([int(n) for n in sizes], sizes)
+        _figure(out / "scaling.png", scaling)
 
 
 def write(out: Path, results: dict, settings, config) -> None:
+    """BENCHMARKS.md from the steps saved so far; a step not run yet is named with its command."""
+    quick = " --quick" if settings.config == "configs/tiny.yaml" else ""
+    command = f"hedgespec bench paper{quick} --out {out}"
     plots(out, results, settings.max_tokens)
-    command = "hedgespec bench paper" + (" --quick" if settings.config == "configs/tiny.yaml" else "") + f" --out {out}"
-    scale = results["scaling"]
-    sizes = sorted(scale, key=int)
-    shift = results["shift"]
-    o = results["overhead"]
-    lines = ["# HedgeSpec on this pool: the paper's experiments\n", f"Produced by `{command}`.\n",
-             "## The paper's claims, measured\n", *checks(results),
-             "\n## Main table, greedy\n", f"Conditions: {conditions(settings, config, 0.0)}.\n", main_table(results["main-greedy"]),
-             "\n## Main table, sampling\n",
-             f"Conditions: {conditions(settings, config, settings.temperature, settings.sampling_queries)}.\n",
-             main_table(results["main-sampling"]),
-             "\n## Regret\n", "![regret](regret.png)\n",
-             "Mean cumulative regret per query against the best single drafter of that query, on the "
-             "full-information EAL loss at each round's start (greedy run above). Regret per committed token: " +
-             ", ".join(f"{m} {results['main-greedy']['selectors'][m]['regret_per_token']:.4f}" for m in REGRET_METHODS
-                       if m in results["main-greedy"]["selectors"]) + ".\n",
-             "## Pool size\n", f"Greedy, same queries; the pool is grown with decoy drafters. {conditions(settings, config, 0.0)}.\n",
-             "| N | " + " | ".join(["hedgespec", "ucbspec", "exp3spec", "oracle"]) + " |", "|---|---|---|---|---|",
-             *[f"| {n} | " + " | ".join(f"{scale[n][m]:.3f}" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle")) + " |"
-               for n in sizes], "\n![scaling](scaling.png)\n",
-             "## Distribution shift (reworded prompts)\n", f"Greedy. {conditions(settings, config, 0.0)}.\n",
-             "| method | original | reworded | change |", "|---|---|---|---|",
-             *[f"| {m} | {shift['original'][m]:.3f} | {shift['reworded'][m]:.3f} | "
-               f"{100 * (shift['reworded'][m] / shift['original'][m] - 1):+.1f}% |" for m in shift["original"]],
-             "\n## Overheads\n", f"Greedy, {o['round']['rounds']} rounds. {conditions(settings, config, 0.0)}.\n",
-             "| part of a round | ms | share |", "|---|---|---|",
-             *[f"| {k} | {v:.2f} | {100 * o['round']['share'][k]:.1f}% |" for k, v in
-               sorted(o["round"]["ms_per_round"].items(), key=lambda kv: -kv[1])],
-             "\nLearner update + weights (us): " + "; ".join(
-                 f"N={n}: " + ", ".join(f"{k} {v:.1f}" for k, v in t.items()) for n, t in o["learner_update_us"].items()) + "\n"]
+    subset = settings.subset_queries
+    sections = {
+        "main-greedy": lambda r: ["## Main table, greedy\n", f"Conditions: {conditions(settings, config, 0.0)}.\n",
+                                  main_table(r), "\n## Regret\n", "![regret](regret.png)\n",
+                                  "Mean cumulative regret per query against the best single drafter of that query, on "
+                                  "the full-information EAL loss at each round's start (greedy run above). Regret per "
+                                  "committed token: " + ", ".join(f"{m} {r['selectors'][m]['regret_per_token']:.4f}"
+                                                                  for m in REGRET_METHODS if m in r["selectors"]) + ".\n"],
+        "main-sampling": lambda r: ["## Main table, sampling\n",
+                                    f"Conditions: {conditions(settings, config, settings.temperature, subset)}.\n",
+                                    main_table(r)],
+        "scaling": lambda r: ["## Pool size\n", "Greedy; the pool is grown with decoy drafters (datastores over "
+                              f"token-shuffled domain text). {conditions(settings, config, 0.0, subset)}.\n",
+                              "| N | hedgespec | ucbspec | exp3spec | oracle |", "|---|---|---|---|---|",
+                              *[f"| {n} | " + " | ".join(f"{r[n][m]:.3f}" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle"))
+                                + " |" for n in sorted(r, key=int)], "\n![scaling](scaling.png)\n"],
+        "shift": lambda r: ["## Distribution shift (reworded prompts)\n", f"Greedy. {conditions(settings, config, 0.0, subset)}.\n",
+                            "| method | original | reworded | change |", "|---|---|---|---|",
+                            *[f"| {m} | {r['original'][m]:.3f} | {r['reworded'][m]:.3f} | "
+                              f"{100 * (r['reworded'][m] / r['original'][m] - 1):+.1f}% |" for m in r["original"]]],
+        "overhead": lambda r: ["## Overheads\n", f"Greedy, {r['round']['rounds']} rounds of the first 3 queries. "
+                               f"{conditions(settings, config, 0.0)}.\n", "| part of a round | ms | share |", "|---|---|---|",
+                               *[f"| {k} | {v:.2f} | {100 * r['round']['share'][k]:.1f}% |" for k, v in
+                                 sorted(r["round"]["ms_per_round"].items(), key=lambda kv: -kv[1])],
+                               "\nLearner update + weights (us): " + "; ".join(
+                                   f"N={n}: " + ", ".join(f"{k} {v:.1f}" for k, v in t.items())
+                                   for n, t in r["learner_update_us"].items()) + "\n"],
+    }
+    missing = [step for step in sections if step not in results]
+    lines = ["# HedgeSpec on this pool: the paper's experiments\n", f"Produced by `{command}`.\n"]
+    if missing:
+        lines.append(f"Not run yet: {', '.join(missing)} (`{command} --steps {' '.join(missing)}`).\n")
+    lines += ["## The paper's claims, measured\n", *checks(results), ""]
+    for step, section in sections.items():
+        if step in results:
+            lines += [*section(results[step]), ""]
     (out / "BENCHMARKS.md").write_text("\n".join(lines))

@@ -27,7 +27,7 @@ class Settings:
     config: str = "configs/pool.yaml"
     queries: int = 14  # mixed stream: 2 per domain
     # the first queries (one per domain) that the costlier steps use: the sampling table (it runs
-    # every drafter), pool-size scaling (four pools) and the shift (two prompt sets)
+    # every drafter) and pool-size scaling (four pools)
     subset_queries: int = 7
     max_tokens: int = 64
     temperature: float = 0.7  # the sampling half of the main table
@@ -118,7 +118,7 @@ def shift(engine: Engine, settings: Settings, quick: bool) -> dict:
         chosen["router"] = SelectorConfig(name="router", routes=routes, fallback=names[0])
     out = {}
     for label, reworded in (("original", False), ("reworded", True)):
-        queries = queries_for(settings, quick, reworded, settings.subset_queries)
+        queries = queries_for(settings, quick, reworded)
         result = selectors.run(engine, queries, chosen, settings.max_tokens, Sampling(), settings.seed, progress=False)
         out[label] = {name: result["selectors"][name]["mat"] for name in chosen}
     return out

@@ -117,7 +117,7 @@ def write(out: Path, results: dict, settings, config) -> None:
                               "| N | hedgespec | ucbspec | exp3spec | oracle |", "|---|---|---|---|---|",
                               *[f"| {n} | " + " | ".join(f"{r[n][m]:.3f}" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle"))
                                 + " |" for n in sorted(r, key=int)], "\n![scaling](scaling.png)\n"],
-        "shift": lambda r: ["## Distribution shift (reworded prompts)\n", f"Greedy. {conditions(settings, config, 0.0, subset)}.\n",
+        "shift": lambda r: ["## Distribution shift (reworded prompts)\n", f"Greedy. {conditions(settings, config, 0.0)}.\n",
                             "| method | original | reworded | change |", "|---|---|---|---|",
                             *[f"| {m} | {r['original'][m]:.3f} | {r['reworded'][m]:.3f} | "
                               f"{100 * (r['reworded'][m] / r['original'][m] - 1):+.1f}% |" for m in r["original"]]],

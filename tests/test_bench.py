@@ -138,3 +138,14 @@ def test_every_bench_command_gets_its_config_and_sampling(argv, greedy, monkeypa
     monkeypatch.setattr(commands, argv[1], lambda args, config, sampling: seen.update(config=config, sampling=sampling) or 0)
     assert main(argv) == 0
     assert seen["config"].target.model == "tiny:0" and seen["sampling"].greedy == greedy
+
+
+def test_scaling_decoys_are_honest_datastores_even_past_small_corpora(tmp_path, monkeypatch):
+    """Decoys for a 32-drafter pool: more per domain than a small corpus has 50-document slices."""
+    import shutil
+    from hedgespec.bench import paper
+    shutil.copytree(FIXTURE, tmp_path / "data")
+    monkeypatch.setenv("HEDGESPEC_CACHE", str(tmp_path))
+    engine = Engine(load_config("configs/tiny.yaml"))
+    decoys = paper.decoys(engine, 15, quick=False, seed=0)
+    assert len({d.name for d in decoys}) == 15 and all(len(d.store) > 0 for d in decoys)

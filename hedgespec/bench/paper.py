@@ -78,7 +78,9 @@ def decoys(engine: Engine, count: int, quick: bool, seed: int) -> list:
     out = []
     for i in range(count):
         domain = DOMAINS[i % len(DOMAINS)]
-        docs = [r["text"] for r in read_jsonl(data_dir() / domain / "train.jsonl")[i * 50:(i + 1) * 50]]
+        rows = read_jsonl(data_dir() / domain / "train.jsonl")
+        start = (i // len(DOMAINS)) * 50 % len(rows)  # the domain's next 50 documents, wrapping around
+        docs = [r["text"] for r in rows[start:start + 50]]
         ids = [rng.permutation(t).tolist() for t in engine.tokenizer(docs, add_special_tokens=False)["input_ids"]]
         out.append(DatastoreDrafter(f"decoy-{domain}-{i}", Datastore.build(ids), engine.target.vocab, 8, 2))
     return out

@@ -114,6 +114,9 @@ def write(out: Path, results: dict, settings, config) -> None:
                                     main_table(r)],
         "scaling": lambda r: ["## Pool size\n", "Greedy; the pool is grown with decoy drafters (datastores over "
                               f"token-shuffled domain text). {conditions(settings, config, 0.0, subset)}.\n",
+                              "The learners' MAT is pooled over the run (committed tokens per target forward); "
+                              "the oracle's is the mean over queries of the best drafter's MAT (exact replay), so "
+                              "compare each column with itself across N.\n",
                               "| N | hedgespec | ucbspec | exp3spec | oracle |", "|---|---|---|---|---|",
                               *[f"| {n} | " + " | ".join(f"{r[n][m]:.3f}" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle"))
                                 + " |" for n in sorted(r, key=int)], "\n![scaling](scaling.png)\n"],

@@ -36,8 +36,8 @@ def build_pool(domains: Sequence[str] | None = None, target: str = "smollm2",
     for name in [GENERAL, *domains]:
         extract(name, model, tokenizer, eos, settings, cache, progress)
     for domain in domains:
-        build_store(domain, load_features(domain, cache=cache).target_answers(), tokenizer, store_tokens, settings.seed,
-                    cache, progress)
+        answers = load_features(domain, cache=cache, states=False).target_answers()
+        build_store(domain, answers, tokenizer, store_tokens, settings.seed, cache, progress)
     return zoo_dir(cache)
 
 

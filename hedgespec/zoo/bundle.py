@@ -42,7 +42,7 @@ def export(domains: Sequence[str] | None = None, cache: Path | None = None, bund
         head, vocab = load_head(head_path(name, cache))
         save_head(bundle / "heads" / f"{name}.safetensors", head, vocab, int8=True)
     for domain in domains:
-        answers = load_features(domain, cache=cache).target_answers()
+        answers = load_features(domain, cache=cache, states=False).target_answers()
         out = bundle / "answers" / f"{domain}.npz"
         out.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(out, tokens=np.concatenate(answers).astype(np.int32),

@@ -52,7 +52,7 @@ class Features:
     sequence, `tokens[i]` the token there; sequence s is [starts[s], starts[s+1]) and the target
     wrote its tokens from offset answers[s] on (its length for corpus text)."""
     tokens: np.ndarray  # int32 [n]
-    hidden: np.ndarray  # float16 [n, H]
+    hidden: np.ndarray | None  # float16 [n, H]; None when loaded without the states
     starts: np.ndarray  # int64 [S + 1]
     answers: np.ndarray  # int64 [S]
 
@@ -188,13 +188,15 @@ def save_shard(path: Path, sequences: list[list[int]], hidden: list[np.ndarray],
     partial.rename(path)
 
 
-def load_features(*names: str, cache: Path | None = None) -> Features:
-    """Every shard of the named corpora, concatenated."""
-    parts = [part for name in names for part in _shards(name, cache, ("tokens", "hidden", "starts", "answers"))]
+def load_features(*names: str, cache: Path | None = None, states: bool = True) -> Features:
+    """Every shard of the named corpora, concatenated; `states=False` skips reading the hidden
+    states (most of the bytes) when only the tokens are wanted."""
+    keys = ("tokens", "hidden", "starts", "answers") if states else ("tokens", "starts", "answers")
+    parts = [part for name in names for part in _shards(name, cache, keys)]
     offsets = np.cumsum([0] + [len(p["tokens"]) for p in parts])
     starts = np.concatenate([p["starts"][:-1] + o for p, o in zip(parts, offsets)] + [offsets[-1:]])
-    return Features(np.concatenate([p["tokens"] for p in parts]), np.concatenate([p["hidden"] for p in parts]),
-                    starts, np.concatenate([p["answers"] for p in parts]))
+    hidden = np.concatenate([p["hidden"] for p in parts]) if states else None
+    return Features(np.concatenate([p["tokens"] for p in parts]), hidden, starts, np.concatenate([p["answers"] for p in parts]))
 
 
 def _shards(name: str, cache: Path | None, keys: tuple[str, ...]) -> list[dict]:

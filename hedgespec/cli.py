@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--baseline", nargs="+", default=[], metavar="DRAFTER",
                         help="drafters measured but left out of the pool's oracle and best fixed drafter")
     matrix.add_argument("--json", help="write the results (JSON); Markdown and a heatmap PNG go beside it")
-    matrix.set_defaults(run=_with_engine("matrix"))
+    matrix.set_defaults(run=_with_engine("matrix", greedy=True))
 
     paper = bench.add_parser("paper", help="the paper's experiments, resumable: tables, plots, BENCHMARKS.md")
     paper.add_argument("--quick", action="store_true", help="the whole pipeline on tiny models (about a minute)")
@@ -178,9 +178,13 @@ def _bench_commands():
     return commands
 
 
-def _with_engine(name: str):
-    """A `bench` handler that takes the engine config and sampling built from the common arguments."""
-    return lambda args: getattr(_bench_commands(), name)(args, _engine_config(args), _sampling(args))
+def _with_engine(name: str, greedy: bool = False):
+    """A `bench` handler that takes the engine config and the sampling: from the common arguments, or
+    greedy for commands that are greedy by design (the matrix's exact replay needs it)."""
+    def run(args):
+        from hedgespec.sampling import Sampling
+        return getattr(_bench_commands(), name)(args, _engine_config(args), Sampling() if greedy else _sampling(args))
+    return run
 
 
 def _dashboards(args) -> int:
@@ -248,10 +252,7 @@ def _prompts(path: str | None, limit: int | None) -> list[str]:
 
 
 def _sampling(args):
-    """From the sampling arguments; greedy for commands without them (bench matrix is greedy by design)."""
     from hedgespec.sampling import Sampling
-    if not hasattr(args, "temperature"):
-        return Sampling()
     return Sampling(args.temperature, args.top_k, args.top_p)
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from hedgespec.config import EngineConfig, ServeConfig, load_config
+from hedgespec.config import EngineConfig, ServeConfig, load_config, load_serve_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,3 +77,10 @@ def test_bundled_heads_named_by_the_configs_are_committed_and_fit_smollm2(path):
             assert any(name.endswith(SCALE) for name in f.keys()), f"{artifact} is not int8"
         head, vocab = load_head(file)
         assert head.spec.hidden == 576 and 0 <= int(vocab.min()) and int(vocab.max()) < 49152
+
+
+def test_serve_config_fits_the_two_core_machine_it_is_documented_for():
+    """Ray never schedules a replica whose CPUs do not fit: `serve run` would wait forever."""
+    config = load_serve_config(ROOT / "serve_config.yaml")
+    groups = sum(g.num_cpus * g.num_replicas for g in config.drafter_groups())
+    assert config.target_num_cpus + groups + 2 * config.small_num_cpus <= 2.0

@@ -79,8 +79,10 @@ def test_bundled_heads_named_by_the_configs_are_committed_and_fit_smollm2(path):
         assert head.spec.hidden == 576 and 0 <= int(vocab.min()) and int(vocab.max()) < 49152
 
 
-def test_serve_config_fits_the_two_core_machine_it_is_documented_for():
+@pytest.mark.parametrize("path", [ROOT / "serve_config.yaml", ROOT / "configs/serve-lookup.yaml",
+                                  ROOT / "configs/serve-tiny.yaml"], ids=lambda p: p.name)
+def test_cpu_serve_configs_fit_the_two_core_machine_they_are_documented_for(path):
     """Ray never schedules a replica whose CPUs do not fit: `serve run` would wait forever."""
-    config = load_serve_config(ROOT / "serve_config.yaml")
+    config = load_serve_config(path)
     groups = sum(g.num_cpus * g.num_replicas for g in config.drafter_groups())
     assert config.target_num_cpus + groups + 2 * config.small_num_cpus <= 2.0

@@ -12,6 +12,7 @@ from concurrent.futures import Executor, Future
 
 import numpy as np
 
+from hedgespec.config import SelectorConfig
 from hedgespec.feedback import RoundFeedback
 from hedgespec.interfaces import Verified
 from hedgespec.pool import Scores, drafter_seeds
@@ -98,17 +99,17 @@ class RemoteSelector:
     from the feedback and awake set known one round earlier (the delayed-feedback learner is built
     to tolerate exactly this lag)."""
 
-    def __init__(self, handle, request_id: str, executor: Executor, seed: int):
+    def __init__(self, handle, request_id: str, executor: Executor, seed: int, config: SelectorConfig, k: int):
         self.calls = _Calls(handle, request_id)
         self.executor = executor
-        self.seed = seed
+        self.seed, self.config, self.k = seed, config, k
         self.feedback: list[RoundFeedback] = []
         self.next_choice: Future | None = None
         self.choice = 0
         self.ended = False
 
     def begin(self, prompt_text: str) -> None:
-        self.calls("begin", prompt_text, self.seed)
+        self.calls("begin", prompt_text, self.seed, self.config.model_dump(), self.k)
 
     def choose(self, awake: np.ndarray) -> int:
         step = self.calls("step", self.feedback, awake)

@@ -1,5 +1,7 @@
-"""A DrafterGroup deployment: some drafters of the pool, their per-request state, and their part of
-the evaluation phase (each drafter scores itself against the target's compact distributions)."""
+"""A DrafterGroup deployment: some drafters of the pool in a LocalPool, their per-request state, and
+their part of the evaluation phase (each drafter scores itself against the target's compact
+distributions on the pool's worker thread, beside the next round; a propose catches up only the
+drafter it asks)."""
 import asyncio
 
 import numpy as np
@@ -11,10 +13,10 @@ from deployments.metrics import Recorder
 from deployments.ordering import Sequencer
 from deployments.routing import RequestAffinityRouter
 from hedgespec.config import DrafterConfig, TargetConfig
-from hedgespec.drafters import build_drafter
+from hedgespec.drafters import build_drafters
 from hedgespec.interfaces import Draft, Verified
 from hedgespec.models import loading
-from hedgespec.pool import Scores, score_round
+from hedgespec.pool import LocalPool, Scores
 from hedgespec.sampling import Sampling
 from hedgespec.transport import compact_draft, expand
 
@@ -29,8 +31,8 @@ class DrafterGroup:
         tokenizer = loading.load_tokenizer(target.model)
         self.vocab = loading.vocab_size(target.model)
         configs = [DrafterConfig.model_validate(d) for d in drafters]
-        self.drafters = [build_drafter(c, self.vocab, tokenizer, target) for c in configs]
-        self.names = [c.name for c in configs]
+        self.pool = LocalPool(build_drafters(configs, self.vocab, tokenizer, target))
+        self.names = self.pool.names
         self.label = "+".join(self.names)  # the group, named as /stats names it
         self.metrics = Recorder("hedgespec_draft_seconds", "hedgespec_evaluation_phase_seconds")
         self.order = Sequencer()
@@ -40,39 +42,34 @@ class DrafterGroup:
         if request_id not in self.greedy:
             raise KeyError(f"request {request_id} has no state on this replica (it began elsewhere or ended)")
 
-    def _ready(self, request_id: str) -> np.ndarray:
-        return np.array([d.ready(request_id) for d in self.drafters])
-
     async def begin(self, request_id: str, seq: int, tokens: list[int], hidden, sampling: Sampling, seeds: list[int]):
         async with self.order.turn(request_id, seq):
             self.greedy[request_id] = sampling.greedy
-            hidden = hidden.float()
-            for drafter, seed in zip(self.drafters, seeds):
-                await asyncio.to_thread(drafter.begin, request_id, tokens, hidden, sampling, seed)
-            return self._ready(request_id)
+            await asyncio.to_thread(self.pool.begin_seeded, request_id, tokens, hidden.float(), sampling, seeds)
+            return self.pool.awake(request_id)
 
     async def propose(self, request_id: str, seq: int, index: int, k: int) -> Draft:
         async with self.order.turn(request_id, seq):
             self._state(request_id)
             with self.metrics.timed("hedgespec_draft_seconds", drafter=self.names[index]):
-                draft = await asyncio.to_thread(self.drafters[index].propose, request_id, k)
+                draft = await asyncio.to_thread(self.pool.propose, request_id, index, k)
             # greedy verification reads only the tokens: leave the distributions behind
-            return Draft(draft.tokens) if self.greedy[request_id] else compact_draft(draft)
+            return Draft(draft.tokens, seconds=draft.seconds) if self.greedy[request_id] else compact_draft(draft)
 
     async def observe(self, request_id: str, seq: int, verified: Verified) -> tuple[Scores, np.ndarray]:
-        async with self.order.turn(request_id, seq):
+        async with self.order.turn(request_id, seq):  # only the hand-over is ordered: the scoring runs beside
             self._state(request_id)
-            with self.metrics.timed("hedgespec_evaluation_phase_seconds", group=self.label):
-                scores = await asyncio.to_thread(score_round, self.drafters, request_id, expand(verified, self.vocab))
-            return scores, self._ready(request_id)
+            scores = self.pool.evaluate(request_id, expand(verified, self.vocab))
+        with self.metrics.timed("hedgespec_evaluation_phase_seconds", group=self.label):
+            result = await asyncio.wrap_future(scores)
+        return result, self.pool.awake(request_id)
 
     async def release(self, request_id: str, seq: int) -> None:
         async with self.order.turn(request_id, seq):
             self.greedy.pop(request_id, None)
-            for drafter in self.drafters:
-                drafter.release(request_id)
+            await asyncio.to_thread(self.pool.release, request_id)
         self.order.forget(request_id)
 
     async def active(self) -> int:
         """Requests holding state here (drafter caches included): 0 when idle."""
-        return len(self.greedy) + sum(len(d.requests) for d in self.drafters) + self.order.active
+        return len(self.greedy) + self.pool.active + self.order.active

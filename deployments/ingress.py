@@ -19,9 +19,10 @@ from deployments import openai_api as api
 from deployments.adapters import RemotePool, RemoteSelector, RemoteTarget
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
-from hedgespec.config import ServeConfig
+from hedgespec.arms import RoundCosts
+from hedgespec.config import SelectorConfig, ServeConfig
 from hedgespec.decode import Cancelled, Generation, Request as DecodeRequest, decode
-from hedgespec.feedback import DelayedLosses
+from hedgespec.engine import delayed_losses
 from hedgespec.models import loading
 from hedgespec.sampling import Sampling
 from hedgespec.text import TextStream, encode_prompt
@@ -36,10 +37,12 @@ async def _api_error(request: Request, error: api.APIError):
 
 
 class _Job:
-    def __init__(self, request_id, response_id, tokens, text, max_tokens, sampling, seed, stop, speculate):
+    def __init__(self, request_id, response_id, tokens, text, max_tokens, sampling, seed, stop, speculate,
+                 selector: SelectorConfig, k: int):
         self.request_id, self.response_id = request_id, response_id
         self.tokens, self.text, self.max_tokens = tokens, text, max_tokens
         self.sampling, self.seed, self.stop, self.speculate = sampling, seed, list(stop or []), speculate
+        self.selector, self.k = selector, k  # the server's, or what the request's `speculation` asked for
         self.cancel = threading.Event()
 
 
@@ -69,6 +72,9 @@ class Ingress:
         self.cancelled = 0  # requests whose client went away before the end
         self.metrics = Recorder(*INGRESS_METRICS)
         self.live = LiveStats([d.name for d in self.config.engine.drafters])
+        # what rounds cost as this replica's decode loops see them (remote hops included): the time
+        # objective's prices, shared by every request this replica serves
+        self.costs = RoundCosts(len(self.config.engine.drafters), self.config.engine.k)
 
     @app.get("/health")
     async def health(self):
@@ -131,9 +137,31 @@ class Ingress:
         tokens = encode_prompt(self.tokenizer, prompt, chat)
         max_tokens = self._budget(tokens, body.limit if chat else body.max_tokens)
         text = "\n".join(m["content"] for m in prompt) if chat else prompt
+        selector, k = self._speculation(body.speculation)
         return body, _Job(uuid.uuid4().hex, api.completion_id(chat), tokens, text, max_tokens,
                           Sampling(body.temperature, body.top_k, body.top_p),
-                          body.seed if body.seed is not None else random.getrandbits(31), body.stop, body.speculate)
+                          body.seed if body.seed is not None else random.getrandbits(31), body.stop, body.speculate,
+                          selector, k)
+
+    def _speculation(self, asked: api.Speculation | None) -> tuple[SelectorConfig, int]:
+        """The selector and K of a request: the server's, with the request's `speculation` applied."""
+        engine = self.config.engine
+        selector, k = engine.selector, engine.k
+        if asked is None:
+            return selector, k
+        if asked.k is not None:
+            if asked.k > engine.k:
+                raise api.APIError(400, f"speculation.k={asked.k} is above this server's K of {engine.k}", "speculation.k")
+            k = asked.k
+        if asked.drafter is not None:
+            names = [d.name for d in engine.drafters]
+            if asked.drafter not in names:
+                raise api.APIError(400, f"speculation.drafter {asked.drafter!r} is not in the pool {names}",
+                                   "speculation.drafter")
+            selector = SelectorConfig(name="fixed", drafter=asked.drafter)
+        if asked.objective is not None:
+            selector = selector.model_copy(update={"loss": asked.objective})
+        return selector, k
 
     def _budget(self, tokens: list[int], asked: int | None) -> int:
         limit, k = self.config.max_tokens_limit, self.config.engine.k
@@ -153,14 +181,13 @@ class Ingress:
     def _generate(self, job: _Job, on_text=None) -> Generation:
         rid = job.request_id
         pool = RemotePool(self.groups, rid, self.background) if self.groups and job.speculate else None
-        selector = RemoteSelector(self.selector, rid, self.background, job.seed) if pool else None
-        engine = self.config.engine
-        losses = DelayedLosses(len(pool.names), engine.k, engine.selector.loss, engine.selector.estimator) if pool else None
+        selector = RemoteSelector(self.selector, rid, self.background, job.seed, job.selector, job.k) if pool else None
+        losses = delayed_losses(job.selector, len(pool.names), job.k, self.costs) if pool else None
         stream = TextStream(self.tokenizer, job.max_tokens, job.stop, self.eos_ids)
         request = DecodeRequest(job.tokens, job.max_tokens, job.sampling, job.seed, job.stop, job.text, rid)
         self.in_flight[rid] = job.cancel
         try:
-            generation = decode(request, RemoteTarget(self.target, rid), pool, selector, stream, engine.k, losses,
+            generation = decode(request, RemoteTarget(self.target, rid), pool, selector, stream, job.k, losses,
                                 on_text, job.cancel.is_set)
         except Cancelled:
             self.cancelled += 1

@@ -10,6 +10,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
+class Speculation(BaseModel):
+    """extension: how this request speculates (comparisons and pinned workloads); unset fields keep the server's."""
+    model_config = ConfigDict(extra="forbid")
+    drafter: str | None = Field(None, min_length=1, description="pin one drafter of the pool for every round")
+    k: int | None = Field(None, ge=1, description="draft tokens per round (at most the server's K)")
+    objective: Literal["time", "eal", "tap"] | None = Field(None, description="the learner's loss")
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str
@@ -24,6 +32,7 @@ class _Body(BaseModel):
     seed: int | None = None
     user: str | None = None
     speculate: bool = Field(True, description="extension: false decodes with the target alone (for comparisons)")
+    speculation: Speculation | None = None
 
     @field_validator("stop")
     @classmethod

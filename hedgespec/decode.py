@@ -1,10 +1,15 @@
-"""THE decode loop. Each round: choose a drafter, draft, verify (one target forward); then the
-evaluation phase scores every drafter on the committed tokens and the selector learns.
+"""THE decode loop. Each round: choose an arm (a drafter and how many tokens it drafts, or no
+draft at all), draft, verify (one target forward); then the evaluation phase scores every drafter
+on the committed tokens and the selector learns.
 
 It is written against small interfaces (Target, DrafterPool, Selector); the in-process engine and
-the Ray deployments both call it. The evaluation of a round is a future: the loop hands its scores
-to the learner once they are there, never waiting for them on a round's critical path. Greedy
-output is byte-identical to target-only decoding whatever the drafters and the selector do.
+the Ray deployments both call it. The evaluation of a round is a future that completes beside the
+next round (a worker thread in process, the drafter groups behind Ray): the loop hands a round's
+scores to the learner one round later, when they have had the whole next round to arrive, so the
+scoring stays off the critical path unless it takes longer than a round. Each round's
+measured draft, verify and overhead times go to the shared RoundCosts, which price the arms of the
+time objective. Greedy output is identical to target-only decoding whatever the drafters and the
+selector do (byte-identical in float32; in bfloat16 up to near-ties of the target, see README).
 """
 import time
 import uuid
@@ -13,6 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from hedgespec.arms import Arms
 from hedgespec.feedback import DelayedLosses, MaturedLoss, RoundFeedback
 from hedgespec.interfaces import Draft, Target
 from hedgespec.learners.selectors import Selector
@@ -38,11 +44,13 @@ class Request:
 
 @dataclass
 class Round:
-    drafter: str | None  # None: no drafter was awake (or target-only decoding)
+    drafter: str | None  # None: no draft (the plain step was chosen, no drafter was awake, or target-only decoding)
     drafted: int
     accepted: int
     committed: int
     seconds: float = 0.0  # wall time of its draft and verification (its evaluation runs beside the next round)
+    draft_seconds: float = 0.0  # the drafter's propose, as it measured it
+    verify_seconds: float = 0.0  # the target's forward, as it measured it
 
 
 @dataclass
@@ -69,18 +77,26 @@ class Generation:
         by_drafter: dict[str, int] = {}
         for r in self.rounds:
             by_drafter[r.drafter or "none"] = by_drafter.get(r.drafter or "none", 0) + 1
+        rounds = max(1, len(self.rounds))
         return {"rounds": len(self.rounds), "target_forwards": self.target_forwards, "mat": self.mat,
                 "drafted": sum(r.drafted for r in self.rounds), "accepted": sum(r.accepted for r in self.rounds),
                 "rounds_by_drafter": by_drafter,
-                "share_by_drafter": {k: v / max(1, len(self.rounds)) for k, v in by_drafter.items()}}
+                "share_by_drafter": {k: v / rounds for k, v in by_drafter.items()},
+                # mean ms of a round as the loop saw it: the target's forward, the draft, all of it
+                "round_ms": {"verify": 1e3 * sum(r.verify_seconds for r in self.rounds) / rounds,
+                             "draft": 1e3 * sum(r.draft_seconds for r in self.rounds) / rounds,
+                             "total": 1e3 * sum(r.seconds for r in self.rounds) / rounds}}
 
 
 def decode(request: Request, target: Target, pool: DrafterPool | None, selector: Selector | None,
            stream: TextStream, k: int, losses: DelayedLosses | None = None,
            on_text: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None) -> Generation:
+    """`losses` (required with a pool) also fixes the arms the selector's indices refer to and
+    carries the RoundCosts that every round's timings are recorded into."""
     rid, start = request.request_id, time.perf_counter()
     rounds: list[Round] = []
     learning = Learning(selector, losses, k) if pool else None
+    arms: Arms | None = losses.arms if pool else None
     try:
         hidden = target.prefill(rid, request.prompt, request.sampling, request.seed)
         if pool:
@@ -92,18 +108,23 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
             round_start = time.perf_counter()
             # a round commits at most drafted + 1 tokens: draft no more than the budget can keep
             budget = min(k, stream.remaining - 1)
-            chosen, draft = None, Draft([])
+            chosen, drafter, draft = None, None, Draft([])
             if pool and budget > 0:
-                learning.absorb(wait=False)
-                awake = pool.awake(rid)
+                learning.absorb(lag=1)
+                awake = arms.awake(pool.awake(rid))
                 if awake.any():
                     chosen = selector.choose(awake)
-                    draft = pool.propose(rid, chosen, budget)
+                    drafter, arm_k = arms[chosen].drafter, arms[chosen].k
+                    if drafter is not None:
+                        draft = pool.propose(rid, drafter, min(arm_k, budget))
             verified = target.verify(rid, draft)
+            seconds = time.perf_counter() - round_start
             if pool:
                 learning.expect(chosen, len(verified.tokens), pool.evaluate(rid, verified))
-            rounds.append(Round(pool.names[chosen] if chosen is not None else None, verified.drafted,
-                                verified.accepted, len(verified.tokens), time.perf_counter() - round_start))
+                if losses.costs is not None:
+                    losses.costs.record(drafter, verified.drafted, verified.draft_seconds, verified.seconds, seconds)
+            rounds.append(Round(pool.names[drafter] if drafter is not None else None, verified.drafted,
+                                verified.accepted, len(verified.tokens), seconds, verified.draft_seconds, verified.seconds))
             delta = stream.push(verified.tokens)
             if delta and on_text:
                 on_text(delta)
@@ -118,30 +139,35 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
 
 
 class Learning:
-    """Hands each round's scores to the selector, in round order, once they have arrived."""
+    """Tells the selector each round as it is played, and hands it the round's scores, in round
+    order, once they have arrived."""
 
     def __init__(self, selector: Selector, losses: DelayedLosses | None, k: int):
         self.selector, self.losses, self.k = selector, losses, k
-        self.pending: deque = deque()  # (chosen, committed, future of Scores) per round
+        self.pending: deque[Future] = deque()  # the future Scores of each round not yet absorbed
         self.delivered: list[MaturedLoss] = []
 
     def expect(self, chosen: int | None, committed: int, scores: Future) -> None:
-        """A round's scores, which may arrive while later rounds run."""
-        self.pending.append((chosen, committed, scores))
+        """A round was played (a bandit learns from this alone); its scores may arrive while later rounds run."""
+        self.selector.observe(RoundFeedback(chosen, committed, self.k))
+        self.pending.append(scores)
 
-    def absorb(self, wait: bool) -> None:
-        while self.pending and (wait or self.pending[0][2].done()):
-            chosen, committed, future = self.pending.popleft()
-            scores = future.result()
+    def absorb(self, lag: int) -> None:
+        """Learn from every round but the latest `lag` ones, waiting for their scores if need be: the
+        scores of the round before the latest had a whole round to arrive, so the wait is rarely
+        felt, and what the learner knows at each choice does not depend on timing."""
+        while len(self.pending) > lag:
+            scores = self.pending.popleft().result()
             matured = []
             if self.losses:
                 for s in range(len(scores.gamma)):
                     matured += self.losses.push(scores.gamma[s], scores.ratio[s], scores.awake[s])
             self.delivered += matured
-            self.selector.observe(RoundFeedback(chosen, committed, self.k, awake_only(matured)))
+            if matured:
+                self.selector.observe(RoundFeedback(None, 0, self.k, awake_only(matured)))
 
     def finish(self) -> None:
-        self.absorb(wait=True)
+        self.absorb(lag=0)
         flushed = self.losses.flush() if self.losses else []
         self.delivered += flushed
         self.selector.observe(RoundFeedback(None, 0, self.k, awake_only(flushed)))

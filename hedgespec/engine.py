@@ -5,9 +5,10 @@ from collections.abc import Callable
 
 import torch
 
+from hedgespec.arms import Arms, RoundCosts
 from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.decode import Generation, Request, decode
-from hedgespec.drafters import build_drafter
+from hedgespec.drafters import build_drafters
 from hedgespec.feedback import DelayedLosses
 from hedgespec.learners.router import RouterSelector, trained_classifier
 from hedgespec.learners.selectors import make_selector
@@ -24,20 +25,30 @@ class Engine:
         if config.threads:
             torch.set_num_threads(config.threads)
         self.config = config
+        self.dtype = loading.resolve_dtype(config.target.dtype, config.target.device)
         model, self.tokenizer = loading.load(config.target.model, config.target.dtype, config.target.device)
         self.target = HFTarget(CachedLM(model))
-        self.drafters = [build_drafter(d, self.target.vocab, self.tokenizer, config.target, model) for d in config.drafters]
+        self.drafters = build_drafters(config.drafters, self.target.vocab, self.tokenizer, config.target, model)
         self.pool = LocalPool(self.drafters)
         self.eos_ids = loading.eos_ids(config.target.model)
-        # one selector for the engine's sequential queries, so a warm start can carry across them
-        names = [d.name for d in self.drafters]
-        self.selector = build_selector(config.selector, names, config.k) if names else None
+        self.use_selector(config.selector)
+        self.costs = RoundCosts(len(self.drafters), config.k)  # measured by every generation, kept across them
 
-    def with_drafters(self, drafters: list) -> "Engine":
-        """The same target with another pool of already built drafters (nothing is reloaded)."""
+    def use_selector(self, config: SelectorConfig, seed: int = 0) -> None:
+        """One selector for the engine's sequential queries (so a warm start can carry across them);
+        its config also fixes the arms its choices index."""
+        names = [d.name for d in self.drafters]
+        self.selector_config = config
+        self.selector = build_selector(config, names, self.config.k, seed) if names else None
+
+    def with_drafters(self, drafters: list, k: int | None = None, selector: SelectorConfig | None = None) -> "Engine":
+        """The same target with another pool of already built drafters (nothing is reloaded), and
+        optionally another K and selector."""
         other = copy.copy(self)
+        other.config = self.config.model_copy(update={"k": k or self.config.k})
         other.drafters, other.pool = list(drafters), LocalPool(drafters)
-        other.selector = build_selector(self.config.selector, [d.name for d in drafters], self.config.k) if drafters else None
+        other.use_selector(selector or self.config.selector)
+        other.costs = RoundCosts(len(drafters), other.config.k)
         return other
 
     def encode(self, prompt: str | list[dict], chat: bool = True) -> list[int]:
@@ -49,19 +60,25 @@ class Engine:
                  selector_config: SelectorConfig | None = None) -> Generation:
         """`selector` and `selector_config` replace the engine's own for this query (benchmarks)."""
         selector = selector or self.selector
-        selector_config = selector_config or self.config.selector
+        selector_config = selector_config or self.selector_config
         tokens = self.encode(prompt, chat)
         text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
         request = Request(tokens, max_tokens, sampling, seed, stop, text)
         pool = self.pool if speculate and self.drafters else None
-        losses = DelayedLosses(len(self.drafters), self.config.k, selector_config.loss,
-                               selector_config.estimator) if pool else None
+        losses = delayed_losses(selector_config, len(self.drafters), self.config.k, self.costs) if pool else None
         stream = TextStream(self.tokenizer, max_tokens, list(stop), self.eos_ids)
         return decode(request, self.target, pool, selector, stream, self.config.k, losses, on_text)
 
 
+def delayed_losses(config: SelectorConfig, n_drafters: int, k: int, costs: RoundCosts) -> DelayedLosses:
+    """One generation's feedback window for this selector; the time objective prices its arms with `costs`."""
+    return DelayedLosses(n_drafters, k, config.objective, config.estimator,
+                         costs if config.objective == "time" else None)
+
+
 def build_selector(config: SelectorConfig, names: list[str], k: int, seed: int = 0):
-    """The configured selector over the drafters called `names`."""
+    """The configured selector over the drafters called `names` (the full-information learners choose
+    among the arms of their objective, hedgespec.arms)."""
     if config.name == "router":
         routes = {domain: names.index(name) for domain, name in config.routes.items()}
         return RouterSelector(len(names), trained_classifier(), routes, names.index(config.fallback))
@@ -71,4 +88,5 @@ def build_selector(config: SelectorConfig, names: list[str], k: int, seed: int =
                "exp3spec": lambda: {"seed": seed}}.get(config.name)
     if options is None:  # the full-information learners
         options = lambda: {"delay": config.delay, "act": config.act, "warm_start": config.warm_start, "seed": seed}
+        return make_selector(config.name, len(Arms(len(names), k, config.objective == "time")), k, **options())
     return make_selector(config.name, len(names), k, **options())

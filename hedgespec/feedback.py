@@ -11,13 +11,21 @@ probability), a_s (likelihood ratio of the committed token) and whether the draf
   The paper's is exact only for greedy decoding or K = 1: under sampling, accepted drafts follow
   min(p, q)/gamma, not p, so the target's own trajectory must be reweighted by a = min(1, q/p)
   to stand for them. Both lie in [1, K+1].
+- time (the default): arms are (drafter, k) pairs and the plain decode step (hedgespec.arms).
+  E_{j,k}(s), the expected tokens committed by a round of drafter j drafting k tokens at s, is the
+  acceptance length above truncated at k (the same rows, the same estimators; E = 1 for the plain
+  step); the loss is the arm's time per committed token, c_{j,k} / E_{j,k}(s), divided by the
+  largest c of any arm so that it lies in [0, 1], with c measured online (arms.RoundCosts) at the
+  moment the loss is delivered.
 """
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-LOSSES = ("eal", "tap")
+from hedgespec.arms import Arms, RoundCosts
+
+LOSSES = ("time", "eal", "tap")
 ESTIMATORS = ("corrected", "paper")
 
 
@@ -27,13 +35,19 @@ def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
     return value
 
 
-def acceptance_length(gamma: np.ndarray, ratio: np.ndarray, estimator: str = "corrected") -> np.ndarray:
-    """AL_s per drafter from the [K, N] rows of positions s..s+K-1."""
+def acceptance_lengths(gamma: np.ndarray, ratio: np.ndarray, estimator: str = "corrected") -> np.ndarray:
+    """[K, N]: row k-1 is the expected tokens committed by a round drafting k tokens from s, per
+    drafter, from the [K, N] rows of positions s..s+K-1."""
     check_choice(estimator, ESTIMATORS, "estimator")
     carry = gamma if estimator == "paper" else ratio
     # reach[j] = chance the round still drafts at step j: the product of the carries before it.
     reach = np.cumprod(np.vstack([np.ones_like(gamma[:1]), carry[:-1]]), axis=0)
-    return 1.0 + (reach * gamma).sum(axis=0)
+    return 1.0 + np.cumsum(reach * gamma, axis=0)
+
+
+def acceptance_length(gamma: np.ndarray, ratio: np.ndarray, estimator: str = "corrected") -> np.ndarray:
+    """AL_s per drafter from the [K, N] rows of positions s..s+K-1: a round drafting all K."""
+    return acceptance_lengths(gamma, ratio, estimator)[-1]
 
 
 def eal_loss(gamma: np.ndarray, ratio: np.ndarray, estimator: str = "corrected") -> np.ndarray:
@@ -77,14 +91,19 @@ class DelayedLosses:
     the window start it is excluded by the `awake` row and its (finite) loss is never used.
     """
 
-    def __init__(self, n_drafters: int, k: int, loss: str = "eal", estimator: str = "corrected"):
+    def __init__(self, n_drafters: int, k: int, loss: str = "eal", estimator: str = "corrected",
+                 costs: RoundCosts | None = None):
         if n_drafters < 0 or k < 1:  # an empty pool (target-only decoding) just never pushes
             raise ValueError(f"need n_drafters >= 0 and k >= 1, got {n_drafters} and {k}")
         self.n = n_drafters
         self.k = k
         self.loss = check_choice(loss, LOSSES, "loss")
         self.estimator = check_choice(estimator, ESTIMATORS, "estimator")
-        self.window = k if loss == "eal" else 1
+        if (loss == "time") != (costs is not None):
+            raise ValueError("the time loss needs the round costs, and only it uses them")
+        self.costs = costs
+        self.arms = Arms(n_drafters, k, cost_aware=loss == "time")
+        self.window = 1 if loss == "tap" else k
         self.rows: deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = deque()
         self.pushed = 0
         self.max_delay = 0  # the longest any delivered loss waited, in positions
@@ -107,12 +126,23 @@ class DelayedLosses:
         for j, (g, a, awake) in enumerate(self.rows):
             gamma[j] = np.where(awake, g, 0.0)
             ratio[j] = np.where(awake, a, 0.0)
+        awake = self.rows[0][2]
         if self.loss == "tap":
             losses = 1.0 - gamma[0]
-        else:
+        elif self.loss == "eal":
             losses = eal_loss(gamma, ratio, self.estimator)
+        else:
+            losses, awake = self._time_losses(gamma, ratio), self.arms.awake(awake)
         position = self.pushed - len(self.rows)
-        awake = self.rows.popleft()[2]
+        self.rows.popleft()
         delay = self.pushed - 1 - position
         self.max_delay = max(self.max_delay, delay)
         return MaturedLoss(position, np.clip(losses, 0.0, 1.0), awake, delay)
+
+    def _time_losses(self, gamma: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+        """Each arm's time per committed token at the window's start, over the costliest arm's time."""
+        lengths = acceptance_lengths(gamma, ratio, self.estimator)  # [K, N]
+        expected = np.append(1.0, lengths[self.arms.ks[1:] - 1, self.arms.drafter_of[1:]])
+        cost = self.costs.arm_costs(self.arms)
+        top = cost.max()
+        return cost / expected / top if top > 0 else np.zeros(len(cost))

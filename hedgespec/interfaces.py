@@ -17,6 +17,7 @@ class Draft:
     None means point masses (a deterministic drafter such as prompt lookup)."""
     tokens: list[int]
     probs: torch.Tensor | None = None
+    seconds: float = 0.0  # what proposing it took, measured where it was drafted
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Verified:
     drafted: int
     probs: torch.Tensor
     hidden: torch.Tensor
+    seconds: float = 0.0  # the target's forward, measured where it ran
+    draft_seconds: float = 0.0  # the verified draft's own `seconds`, carried back to the loop
 
 
 @dataclass

@@ -1,18 +1,27 @@
 """The drafter pool as the decode loop sees it, and the scoring every drafter gets after a round.
 
-`evaluate` returns a future: in process it is already done, behind Ray it completes while the next
-round runs (the learner accepts feedback that arrives a round late). The scoring itself lives in
-`score_round`, which both the in-process pool and the Ray drafter groups call.
+`evaluate` returns a future. `LocalPool` (the in-process engine, and each Ray drafter group, which
+hosts one) scores on a worker thread beside the next round: every drafter observes the committed
+tokens (staying in sync) and is scored against the target distributions that verification already
+produced. Torch runs one thread per caller here, so the worker computes on the other core while
+the target verifies. A drafter chosen for the next round is caught up first by whichever thread
+gets to it (its own observe, not the whole pool's), so the critical path holds only the chosen
+drafter's catch-up and draft. The awake flags offered for a round are those after the round before
+the latest (the loop waits for that round's scores anyway, decode.Learning): a fixed lag of one
+round, so that the choices, and with them a seeded sampled text, do not depend on thread timing.
+The learner sees the exact awake rows in the scores; only the choice is a round behind, as behind Ray.
 """
+import threading
+import time
 from collections.abc import Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from hedgespec.evaluation import acceptance
-from hedgespec.interfaces import Draft, Drafter, Verified
+from hedgespec.interfaces import Draft, Drafter, Observation, Verified
 from hedgespec.sampling import Sampling
 
 
@@ -45,17 +54,10 @@ class DrafterPool(Protocol):
     def release(self, request_id: str) -> None: ...
 
 
-def score_round(drafters: Sequence[Drafter], request_id: str, verified: Verified) -> Scores:
-    """The full-information step for these drafters: each observes the committed tokens (staying in
-    sync) and is scored against the target distributions that verification already produced."""
-    m, n = len(verified.tokens), len(drafters)
-    gamma, ratio, awake = np.zeros((m, n)), np.zeros((m, n)), np.zeros((m, n), dtype=bool)
-    tokens = np.asarray(verified.tokens)
-    for j, drafter in enumerate(drafters):
-        observation = drafter.observe(request_id, verified)
-        g, a = acceptance(verified.probs, observation.probs, tokens)
-        gamma[:, j], ratio[:, j], awake[:, j] = g.numpy(), a.numpy(), observation.awake.numpy()
-    return Scores(gamma, ratio, awake)
+def score(verified: Verified, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One drafter's (gamma, ratio, awake) columns for a round."""
+    gamma, ratio = acceptance(verified.probs, observation.probs, np.asarray(verified.tokens))
+    return gamma.numpy(), ratio.numpy(), observation.awake.numpy()
 
 
 def drafter_seeds(seed: int, n: int) -> list[int]:
@@ -69,26 +71,142 @@ def done(value) -> Future:
     return future
 
 
-class LocalPool:
-    """Drafters in this process: every call runs now."""
+WORKER = "hedgespec-scoring"  # the worker thread's name prefix
 
-    def __init__(self, drafters: Sequence[Drafter]):
+
+@dataclass
+class _Round:
+    verified: Verified
+    columns: list  # per drafter: (gamma, ratio, awake) once it has observed the round
+    ready: np.ndarray  # per drafter: whether it had a proposal right after observing the round
+    future: Future = field(default_factory=Future)
+    remaining: int = 0
+
+
+@dataclass
+class _Request:
+    ready: np.ndarray  # per drafter: whether it had a proposal after the prompt
+    done: list[int]  # per drafter: rounds it has observed
+    locks: list[threading.Lock]  # per drafter: held while it observes or drafts
+    rounds: list[_Round] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards the rounds' counters
+
+
+class LocalPool:
+    """Drafters in this process; with `background`, their evaluation runs on a worker thread."""
+
+    def __init__(self, drafters: Sequence[Drafter], background: bool = True):
         self.drafters = list(drafters)
         self.names = [d.name for d in self.drafters]
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix=WORKER) if background else None
+        self.requests: dict[str, _Request] = {}
+        # seconds of evaluation run by the worker (beside the rounds) and by the loop's own thread
+        # (a chosen drafter caught up on the critical path), for the benchmarks' round breakdown
+        self.scoring_seconds = {"beside": 0.0, "critical": 0.0}
+        self.counting = threading.Lock()
 
     def begin(self, request_id, tokens, hidden, sampling, seed):
-        for drafter, drafter_seed in zip(self.drafters, drafter_seeds(seed, len(self.drafters))):
+        self.begin_seeded(request_id, tokens, hidden, sampling, drafter_seeds(seed, len(self.drafters)))
+
+    def begin_seeded(self, request_id: str, tokens: list[int], hidden, sampling: Sampling, seeds: list[int]) -> None:
+        """begin with each drafter's seed given (a Ray group gets its share of the pool's seeds)."""
+        n = len(self.drafters)
+        self.requests[request_id] = _Request(np.zeros(n, dtype=bool), [0] * n, [threading.Lock() for _ in range(n)])
+        for drafter, drafter_seed in zip(self.drafters, seeds):
             drafter.begin(request_id, tokens, hidden, sampling, drafter_seed)
+        self.requests[request_id].ready[:] = [d.ready(request_id) for d in self.drafters]
 
     def awake(self, request_id):
-        return np.array([d.ready(request_id) for d in self.drafters])
+        request = self.requests[request_id]
+        if len(request.rounds) < 2:
+            return request.ready.copy()
+        before = request.rounds[-2]
+        before.future.result()  # complete: the loop absorbed it (or it failed, and this raises)
+        return before.ready.copy()
 
     def propose(self, request_id, index, k):
-        return self.drafters[index].propose(request_id, k)
+        start = time.perf_counter()
+        self._catch_up(request_id, index)
+        request = self.requests[request_id]
+        with request.locks[index]:
+            draft = self.drafters[index].propose(request_id, k)
+        # what choosing this drafter cost the round: its catch-up (if the worker had not done it) and its draft
+        draft.seconds = time.perf_counter() - start
+        return draft
 
     def evaluate(self, request_id, verified):
-        return done(score_round(self.drafters, request_id, verified))
+        request = self.requests[request_id]
+        scored = _Round(verified, [None] * len(self.drafters), np.zeros(len(self.drafters), dtype=bool),
+                        remaining=len(self.drafters))
+        request.rounds.append(scored)
+        if self.worker is None:
+            self._score_all(request_id)
+        else:
+            self.worker.submit(self._score_all, request_id)
+        return scored.future
+
+    def _score_all(self, request_id: str) -> None:
+        """Every round not yet scored, oldest first, each by every drafter: the learner gets the
+        oldest scores first when the worker falls behind."""
+        request = self.requests.get(request_id)
+        if request is None:  # released while the worker was on its way
+            return
+        for upto in range(min(request.done) + 1, len(request.rounds) + 1):
+            for index in range(len(self.drafters)):
+                try:
+                    self._catch_up(request_id, index, upto)
+                except Exception:  # the round's future holds it; the loop raises it
+                    return
+
+    def _catch_up(self, request_id: str, index: int, upto: int | None = None) -> None:
+        """Drafter `index` observes every round it has not yet, in order (up to round `upto`), and
+        scores itself on it."""
+        request = self.requests.get(request_id)
+        if request is None:  # released while the worker was on its way
+            return
+        drafter = self.drafters[index]
+        with request.locks[index]:
+            while request.done[index] < (len(request.rounds) if upto is None else upto):
+                scored = request.rounds[request.done[index]]
+                start = time.perf_counter()
+                try:
+                    scored.columns[index] = score(scored.verified, drafter.observe(request_id, scored.verified))
+                    scored.ready[index] = drafter.ready(request_id)
+                except Exception as error:  # this round and every later one cannot be scored
+                    for later in request.rounds[request.done[index]:]:
+                        if not later.future.done():
+                            later.future.set_exception(error)
+                    raise
+                request.done[index] += 1
+                where = "beside" if threading.current_thread().name.startswith(WORKER) else "critical"
+                with self.counting:
+                    self.scoring_seconds[where] += time.perf_counter() - start
+                with request.lock:
+                    scored.remaining -= 1
+                    complete = scored.remaining == 0 and not scored.future.done()
+                if complete:
+                    scored.future.set_result(Scores(*(np.stack([c[f] for c in scored.columns], axis=1) for f in range(3))))
+                    scored.verified = None  # the round's distributions are no longer needed
 
     def release(self, request_id):
-        for drafter in self.drafters:
-            drafter.release(request_id)
+        request = self.requests.get(request_id)
+        if request is not None:
+            for scored in list(request.rounds):  # let the worker finish with this request first
+                try:
+                    scored.future.result()
+                except Exception:
+                    pass
+            for lock in request.locks:  # and wait out a catch-up still reading a drafter's flag
+                lock.acquire()
+        try:
+            self.requests.pop(request_id, None)
+            for drafter in self.drafters:
+                drafter.release(request_id)
+        finally:
+            for lock in request.locks if request is not None else []:
+                lock.release()
+
+    @property
+    def active(self) -> int:
+        """Requests holding state here, the drafters' own included: 0 when idle."""
+        return len(self.requests) + sum(len(d.requests) for d in self.drafters)

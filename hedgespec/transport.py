@@ -42,11 +42,11 @@ def compact_draft(draft: Draft) -> Draft:
     if draft.probs is None or draft.probs.shape[-1] <= DRAFT_SUPPORT:
         return draft
     values, indices = draft.probs.topk(DRAFT_SUPPORT, dim=-1)
-    return Draft(draft.tokens, (indices.to(torch.int32), values))
+    return Draft(draft.tokens, (indices.to(torch.int32), values), draft.seconds)
 
 
 def expand_draft(draft: Draft, vocab: int) -> Draft:
     if not isinstance(draft.probs, tuple):
         return draft
     indices, values = draft.probs
-    return Draft(draft.tokens, torch.zeros(len(indices), vocab).scatter_(-1, indices.long(), values))
+    return Draft(draft.tokens, torch.zeros(len(indices), vocab).scatter_(-1, indices.long(), values), draft.seconds)

@@ -9,8 +9,9 @@ from hedgespec.config import DrafterConfig, EngineConfig, SelectorConfig, Target
 from hedgespec.drafters import artifact_path
 from hedgespec.drafters.datastore import Datastore, DatastoreDrafter, suffix_array
 from hedgespec.drafters.eagle import EagleDrafter
+from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
 from hedgespec.drafters.feature_head import FeatureHead, HeadSpec, frozen_from_folder, frozen_from_model, load_head, save_head
-from hedgespec.engine import Engine, build_selector
+from hedgespec.engine import Engine
 from hedgespec.interfaces import Verified
 from hedgespec.models import loading
 from hedgespec.models.target import HFTarget
@@ -34,7 +35,7 @@ def test_eagle_rollback_gives_the_distributions_of_a_fresh_run(tiny_lm, sampling
     target = HFTarget(tiny_lm(0, vocab=16, layers=2))
     # a head seed whose random drafts get accepted now and then; tokens 12..15 are outside its vocabulary
     head, vocab = random_head(target.lm.model, seed=2), torch.arange(12)
-    live, fresh = (EagleDrafter(n, head, frozen_from_model(target.lm.model, vocab)) for n in ("live", "fresh"))
+    live, fresh = (EagleDrafter.single(n, head, frozen_from_model(target.lm.model, vocab)) for n in ("live", "fresh"))
     hidden = target.prefill("r", PROMPT, sampling, seed=1)
     live.begin("r", PROMPT, hidden, sampling, seed=2)
     rounds = []
@@ -61,7 +62,7 @@ def test_eagle_rollback_gives_the_distributions_of_a_fresh_run(tiny_lm, sampling
 
 def test_eagle_without_a_target_state_sleeps_until_it_has_one(tiny_lm):
     target = HFTarget(tiny_lm(0, vocab=16))
-    drafter = EagleDrafter("e", random_head(target.lm.model), frozen_from_model(target.lm.model, torch.arange(16)))
+    drafter = EagleDrafter.single("e", random_head(target.lm.model), frozen_from_model(target.lm.model, torch.arange(16)))
     drafter.begin("r", [3], target.prefill("r", [3], Sampling(), 0), Sampling(), 0)
     assert not drafter.ready("r")
     observation = drafter.observe("r", target.verify("r", drafter.propose("r", 0)))
@@ -150,7 +151,7 @@ def pool_engine(tmp_path_factory):
                                       SelectorConfig(name="hedgespec-sleeping")], ids=lambda s: s.drafter or s.name)
 def test_greedy_output_is_byte_identical_with_the_new_drafters(pool_engine, selector):
     engine, target_only = pool_engine
-    engine.selector = build_selector(selector, [d.name for d in engine.drafters], engine.config.k)
+    engine.use_selector(selector)
     for prompt in PROMPTS:
         generation = engine.generate(prompt, 48)
         assert generation.tokens == target_only[prompt].tokens
@@ -174,8 +175,121 @@ def test_replay_gives_the_mat_of_live_decoding(pool_engine):
     engine, _ = pool_engine
     replayed = replay(engine, engine.drafters, PROMPTS, max_tokens=48, k=engine.config.k)
     for drafter in engine.drafters:
-        engine.selector = build_selector(SelectorConfig(name="fixed", drafter=drafter.name),
-                                         [d.name for d in engine.drafters], engine.config.k)
+        engine.use_selector(SelectorConfig(name="fixed", drafter=drafter.name))
         live = [engine.generate(prompt, 48).mat for prompt in PROMPTS]
         assert replayed[drafter.name] == pytest.approx(live), drafter.name
     assert len(set(sum(replayed.values(), []))) > 3  # the drafters really differ
+
+
+# ---- the scores credit each drafter with what it would have drafted ----
+
+def test_prompt_lookup_drafts_the_chain_its_scores_credit():
+    """On [1, 2, 1, 2, 1, 2] the scores give every position a hit, so a round with K = 5 must draft
+    five tokens: re-matching after each drafted token goes on past the end of the history."""
+    drafter = PromptLookupDrafter("lookup", vocab=8)
+    drafter.begin("r", [1, 2, 1, 2, 1, 2], None, Sampling(), 0)
+    assert drafter.propose("r", 5).tokens == [1, 2, 1, 2, 1]
+    assert drafter.propose("r", 5).tokens == [1, 2, 1, 2, 1]  # proposing left the history as it was
+    observation = drafter.observe("r", Verified([1, 2, 1], 2, 5, torch.zeros(3, 8), torch.zeros(3, 1)))
+    assert observation.probs.argmax(-1).tolist() == [1, 2, 1] and observation.awake.all()
+
+
+class ScriptedTarget:
+    """A target whose greedy continuation is a fixed script: verification accepts the draft's
+    longest prefix that follows the script and commits one more scripted token."""
+
+    def __init__(self, script: list[int], vocab: int):
+        self.script, self.vocab, self.position = script, vocab, {}
+
+    def prefill(self, request_id, tokens, sampling, seed):
+        self.position[request_id] = len(tokens)
+        return torch.zeros(len(tokens) - 1, 4)
+
+    def verify(self, request_id, draft):
+        at = self.position[request_id]
+        truth = self.script[at:at + len(draft.tokens) + 1]
+        accepted = next((i for i, (d, t) in enumerate(zip(draft.tokens, truth)) if d != t), len(draft.tokens))
+        committed = truth[:accepted + 1]
+        self.position[request_id] += len(committed)
+        return Verified(committed, accepted, len(draft.tokens), torch.nn.functional.one_hot(torch.tensor(committed), self.vocab).float(),
+                        torch.zeros(len(committed), 4))
+
+    def release(self, request_id):
+        self.position.pop(request_id, None)
+
+
+# periods of 3 and 4 tokens, with breaks: chains of every length get accepted and rejected
+SCRIPT = [5, 6, 7, 5, 6, 7, 5, 6] + [7, 5, 6, 7, 5, 9, 8, 9, 8, 9, 8, 9, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 5, 6, 7,
+                                     5, 6, 9, 8, 10, 11, 12, 13, 10, 11, 12, 14, 5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 12] * 2
+
+
+@pytest.mark.parametrize("kind", ["prompt_lookup", "datastore"])
+def test_scored_acceptance_length_equals_what_the_round_committed(kind):
+    """Greedy: at the start of every round the drafter played with the full budget, the acceptance
+    length its scores give there (the EAL loss of that position) equals the tokens the target's
+    verification committed in that round."""
+    from hedgespec.decode import Request, decode
+    from hedgespec.feedback import DelayedLosses
+    from hedgespec.learners.selectors import make_selector
+    from hedgespec.pool import LocalPool
+    from hedgespec.text import TextStream
+    k, vocab, prompt = 5, 16, SCRIPT[:8]
+    drafter = (PromptLookupDrafter("d", vocab, max_ngram=3, min_ngram=1) if kind == "prompt_lookup" else
+               DatastoreDrafter("d", Datastore.build([SCRIPT[:40]]), vocab, max_ngram=4, min_ngram=1))
+    stream = TextStream(loading.load_tokenizer("tiny:0"), len(SCRIPT) - len(prompt), [], set())
+    generation = decode(Request(prompt, stream.max_tokens), ScriptedTarget(SCRIPT, vocab), LocalPool([drafter]),
+                        make_selector("fixed", 1, k, index=0), stream, k, DelayedLosses(1, k, "eal"))
+    assert generation.tokens == SCRIPT[len(prompt):]
+    losses = {m.position: m for m in generation.losses}
+    start, committed = 0, []
+    for r in generation.rounds:
+        if r.drafted and start + k + 1 < len(generation.tokens):  # drafted, and its window ends inside the text
+            assert (1 - losses[start].losses[0]) * (k + 1) == pytest.approx(r.committed), start
+            committed.append(r.committed)
+        start += r.committed
+    assert len(committed) >= 8 and len(set(committed)) >= 3, committed  # short and long acceptances both seen
+
+
+def test_stacked_heads_compute_what_each_head_computes(tiny_lm):
+    """One batched call over three heads gives each head's own forward, with and without a cache."""
+    from hedgespec.drafters.head_stack import StackedHeads
+    model = tiny_lm(0, vocab=16).model
+    heads = [random_head(model, seed) for seed in (1, 2, 3)]
+    stack = StackedHeads(heads)
+    h = heads[0].spec.hidden
+    features, embeds = torch.randn(5, h), torch.randn(5, h)
+    out, cache = stack.forward(stack.weights, features.expand(3, -1, -1), embeds.expand(3, -1, -1), torch.arange(5), None)
+    more, _ = stack.forward(stack.weights, features[:2].expand(3, -1, -1), embeds[:2].expand(3, -1, -1),
+                            torch.arange(5, 7), cache)
+    for j, head in enumerate(heads):
+        with torch.inference_mode():
+            alone, alone_cache = head(features[None], embeds[None], torch.arange(5))
+            alone_more, _ = head(features[None, :2], embeds[None, :2], torch.arange(5, 7), alone_cache)
+        torch.testing.assert_close(out[j], alone[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(more[j], alone_more[0], atol=1e-5, rtol=1e-5)
+    one, _ = stack.forward(stack.members(slice(1, 2)), features[None], embeds[None], torch.arange(5), None)
+    torch.testing.assert_close(one[0], out[1], atol=1e-5, rtol=1e-5)
+
+
+def test_heads_of_one_stack_keep_their_own_drafts_and_state(tiny_lm):
+    """Heads sharing a stack draft and score exactly as each head alone does."""
+    from hedgespec.drafters.eagle import EagleStack
+    target = HFTarget(tiny_lm(0, vocab=16, layers=2))
+    heads, vocab = [random_head(target.lm.model, seed) for seed in (2, 4)], torch.arange(12)
+    frozen = frozen_from_model(target.lm.model, vocab)
+    stack = EagleStack(heads, frozen)
+    together = [EagleDrafter(f"h{j}", stack, j) for j in range(2)]
+    alone = [EagleDrafter.single(f"a{j}", head, frozen) for j, head in enumerate(heads)]
+    hidden = target.prefill("r", PROMPT, Sampling(), seed=1)
+    for drafter in together + alone:
+        drafter.begin("r", PROMPT, hidden, Sampling(), 0)
+    for _ in range(6):
+        drafts = [d.propose("r", 3) for d in together + alone]
+        assert drafts[0].tokens == drafts[2].tokens and drafts[1].tokens == drafts[3].tokens
+        verified = target.verify("r", drafts[0])
+        rows = [d.observe("r", verified).probs for d in together + alone]
+        torch.testing.assert_close(rows[0], rows[2], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rows[1], rows[3], atol=1e-5, rtol=1e-5)
+    for drafter in together:
+        drafter.release("r")
+    assert not stack.requests

@@ -94,7 +94,7 @@ def main_table(engine: Engine, settings: Settings, quick: bool, temperature: flo
 
 
 def scaling(engine: Engine, settings: Settings, quick: bool) -> dict:
-    chosen = {"hedgespec": SelectorConfig(name="hedgespec"), "ucbspec": SelectorConfig(name="ucbspec"),
+    chosen = {"hedgespec": SelectorConfig(name="hedgespec", loss="eal"), "ucbspec": SelectorConfig(name="ucbspec"),
               "exp3spec": SelectorConfig(name="exp3spec")}
     extra = decoys(engine, max(0, max(settings.pool_sizes) - len(engine.drafters)), quick, settings.seed)
     queries = queries_for(settings, quick, n=settings.subset_queries)
@@ -114,7 +114,7 @@ def scaling(engine: Engine, settings: Settings, quick: bool) -> dict:
 
 def shift(engine: Engine, settings: Settings, quick: bool) -> dict:
     names = [d.name for d in engine.drafters]
-    chosen = {"hedgespec": SelectorConfig(name="hedgespec"), "hedgespec-sleeping": SelectorConfig(name="hedgespec-sleeping")}
+    chosen = {"hedgespec": SelectorConfig(name="hedgespec", loss="eal"), "hedgespec-sleeping": SelectorConfig(name="hedgespec-sleeping", loss="eal")}
     routes = routes_for(names, quick)
     if routes:
         chosen["router"] = SelectorConfig(name="router", routes=routes, fallback=names[0])

@@ -12,6 +12,16 @@ from hedgespec.paths import cache_dir
 from hedgespec.zoo.layout import BUNDLE
 
 
+def build_drafters(configs: list[DrafterConfig], vocab: int, tokenizer, target: TargetConfig, target_model=None) -> list:
+    """The drafters of `configs`, in their order; the EAGLE heads among them share one EagleStack, so
+    that the evaluation phase runs them all in one batched forward."""
+    heads = [c for c in configs if c.kind == "eagle"]
+    stacked = iter(EagleDrafter.load_stack([c.name for c in heads], [artifact_path(c.artifact) for c in heads],
+                                           vocab, target_model, target.model) if heads else [])
+    return [next(stacked) if c.kind == "eagle" else build_drafter(c, vocab, tokenizer, target, target_model)
+            for c in configs]
+
+
 def build_drafter(config: DrafterConfig, vocab: int, tokenizer, target: TargetConfig, target_model=None):
     """A drafter for a target with `vocab` output tokens and `tokenizer`. `target_model` is the target's
     HF model when it lives in this process (drafters that reuse target weights share them); otherwise
@@ -22,7 +32,7 @@ def build_drafter(config: DrafterConfig, vocab: int, tokenizer, target: TargetCo
         store = Datastore.load(artifact_path(config.artifact))
         return DatastoreDrafter(config.name, store, vocab, config.max_ngram, config.min_ngram)
     if config.kind == "eagle":
-        return EagleDrafter.load(config.name, artifact_path(config.artifact), vocab, target_model, target.model)
+        return EagleDrafter.load_stack([config.name], [artifact_path(config.artifact)], vocab, target_model, target.model)[0]
     model, drafter_tokenizer = loading.load(config.model, config.dtype, target.device)
     if drafter_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ValueError(f"drafter {config.name!r} ({config.model}) does not share the target's tokenizer")

@@ -2,7 +2,14 @@
 text so far, propose what followed them. Deterministic (point masses) and free to run; it abstains
 (sleeps) when no n-gram of at least `min_ngram` tokens matches, which is what makes it a sleeping
 expert for the selector.
+
+A draft is a chain of single-token matches: each drafted token is appended to a scratch view of
+the history and the longest suffix is matched again. So the k-th drafted token is exactly what
+`observe` credits the drafter with at that position once the k-1 before it are committed: the
+scores equal what a round would have drafted, and a periodic text such as [1, 2, 1, 2] drafts
+past the end of the history instead of stopping there.
 """
+from collections import ChainMap
 from dataclasses import dataclass, field
 
 import torch
@@ -14,7 +21,7 @@ from hedgespec.sampling import Sampling
 @dataclass
 class _History:
     tokens: list[int]
-    # n-gram -> index of the token that followed its most recent occurrence
+    # n-gram -> the token that followed its most recent occurrence
     follows: dict[tuple[int, ...], int] = field(default_factory=dict)
 
 
@@ -30,43 +37,51 @@ class PromptLookupDrafter:
     def begin(self, request_id: str, tokens: list[int], hidden: torch.Tensor, sampling: Sampling, seed: int) -> None:
         history = _History([])
         for token in tokens:
-            self._append(history, token)
+            self._append(history.tokens, history.follows, token)
         self.requests[request_id] = history
 
-    def _append(self, history: _History, token: int) -> None:
+    def _append(self, tokens: list[int], follows, token: int) -> None:
         # index the n-grams that end just before the new token: their continuation is now known
-        tokens = history.tokens
         for n in range(self.min_ngram, min(self.max_ngram, len(tokens)) + 1):
-            history.follows[tuple(tokens[-n:])] = len(tokens)
+            follows[tuple(tokens[-n:])] = token
         tokens.append(token)
 
-    def _match(self, history: _History) -> int | None:
-        """Where the continuation of the longest matching suffix n-gram starts, or None."""
-        tokens = history.tokens
+    def _match(self, tokens: list[int], follows) -> int | None:
+        """The token after the most recent occurrence of the longest matching suffix n-gram, or None."""
         for n in range(min(self.max_ngram, len(tokens)), self.min_ngram - 1, -1):
-            start = history.follows.get(tuple(tokens[-n:]))
-            if start is not None:
-                return start
+            token = follows.get(tuple(tokens[-n:]))
+            if token is not None:
+                return token
         return None
 
     def ready(self, request_id: str) -> bool:
-        return self._match(self.requests[request_id]) is not None
+        history = self.requests[request_id]
+        return self._match(history.tokens, history.follows) is not None
 
     def propose(self, request_id: str, k: int) -> Draft:
         history = self.requests[request_id]
-        start = self._match(history)
-        return Draft([] if start is None else history.tokens[start:start + k])
+        # the scratch view: drafted tokens go into an overlay, the history itself stays untouched;
+        # only the last max_ngram tokens are ever matched, so the scratch list starts from those
+        tokens, follows = history.tokens[-self.max_ngram:], ChainMap({}, history.follows)
+        draft = []
+        while len(draft) < k:
+            token = self._match(tokens, follows)
+            if token is None:
+                break
+            draft.append(token)
+            self._append(tokens, follows, token)
+        return Draft(draft)
 
     def observe(self, request_id: str, verified: Verified) -> Observation:
         history = self.requests[request_id]
         probs = torch.zeros(len(verified.tokens), self.vocab)
         awake = torch.zeros(len(verified.tokens), dtype=torch.bool)
         for i, token in enumerate(verified.tokens):
-            start = self._match(history)
-            if start is not None:
-                probs[i, history.tokens[start]] = 1.0
+            proposed = self._match(history.tokens, history.follows)
+            if proposed is not None:
+                probs[i, proposed] = 1.0
                 awake[i] = True
-            self._append(history, token)
+            self._append(history.tokens, history.follows, token)
         return Observation(probs, awake)
 
     def release(self, request_id: str) -> None:

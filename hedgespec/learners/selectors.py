@@ -120,7 +120,10 @@ class HedgeSpecSelector:
     def choose(self, awake: np.ndarray | None) -> int:
         weights = self.reduction.play(self.position, awake)
         self._played = weights
-        return int(np.argmax(weights)) if self.act == "argmax" else sample_index(weights, self.rng)
+        if self.act == "sample":
+            return sample_index(weights, self.rng)
+        # ties (a query's first rounds are uniform) broken at random, not towards the first drafter
+        return int(self.rng.choice(np.flatnonzero(weights == weights.max())))
 
     def observe(self, round: RoundFeedback) -> None:
         if round.chosen is None and round.committed:

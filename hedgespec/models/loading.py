@@ -17,6 +17,26 @@ from hedgespec.paths import cache_dir
 hf_logging.disable_progress_bar()
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# CPU flags (Linux /proc/cpuinfo names) under which bfloat16 matrix products run in hardware; without
+# them PyTorch converts through float32 and a bfloat16 model is slower than a float32 one
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def resolve_dtype(dtype: str, device: str = "cpu") -> str:
+    """`auto` -> bfloat16 on a GPU or on a CPU with native bfloat16 (AVX512-BF16 or AMX), else float32."""
+    if dtype != "auto":
+        return dtype
+    if device != "cpu":
+        return "bfloat16"
+    return "bfloat16" if cpu_flags() & set(BF16_CPU_FLAGS) else "float32"
 
 
 def resolve(name: str, cache: Path | None = None) -> Path:
@@ -37,9 +57,9 @@ def resolve(name: str, cache: Path | None = None) -> Path:
 
 
 def load(name: str, dtype: str = "float32", device: str = "cpu", cache: Path | None = None):
-    """Returns (model, tokenizer) ready for inference."""
+    """Returns (model, tokenizer) ready for inference; `dtype` may be `auto` (resolve_dtype)."""
     folder = resolve(name, cache)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype]).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[resolve_dtype(dtype, device)]).to(device).eval()
     return model, load_tokenizer(name, cache)
 
 

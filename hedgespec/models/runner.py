@@ -6,10 +6,14 @@ to append a block of tokens in one forward and later cut the cache back to the c
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from hedgespec.models.kernels import pack_linears
+
 
 class CachedLM:
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel, pack: bool = True):
+        """`pack`: prepack the linear layers for oneDNN where it runs (models/kernels.py)."""
         self.model = model.eval()
+        self.packed = pack_linears(model) if pack else 0
         self.decoder = model.get_decoder()
         self.head = model.get_output_embeddings()
         self.vocab = self.head.weight.shape[0]

@@ -1,5 +1,6 @@
 """The target model: prefill, verify a draft in one forward, roll the KV cache back to what was
 committed. Verification (and its randomness) lives here, beside the probabilities it needs."""
+import time
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +38,9 @@ class HFTarget:
     def verify(self, request_id: str, draft: Draft) -> Verified:
         request = self.requests[request_id]
         start = self.lm.length(request_id)
+        began = time.perf_counter()
         logits, hidden = self.lm.forward(request_id, [request.pending] + draft.tokens)
+        seconds = time.perf_counter() - began
         self.forwards += 1
         probs = process(logits, request.sampling)
         if request.sampling.greedy:
@@ -49,7 +52,8 @@ class HFTarget:
         self.lm.crop(request_id, start + 1 + accepted)
         request.pending = token
         committed = draft.tokens[:accepted] + [token]
-        return Verified(committed, accepted, len(draft.tokens), probs[: accepted + 1], hidden[: accepted + 1])
+        return Verified(committed, accepted, len(draft.tokens), probs[: accepted + 1], hidden[: accepted + 1],
+                        seconds, draft.seconds)
 
     def release(self, request_id: str) -> None:
         self.requests.pop(request_id, None)

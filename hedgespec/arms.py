@@ -1,0 +1,111 @@
+"""What a selector chooses among each round: arms, and what each one costs.
+
+Under the MAT objectives (`loss: eal | tap`, the paper's) an arm is a drafter drafting the full K.
+Under the time objective (`loss: time`, the default) an arm is a pair (drafter j, k drafts) with
+k in 1..K, plus the plain decode step (no drafter, k = 0), which is always awake: the learner can
+choose not to speculate, so it need never be slower than decoding without speculation.
+
+The cost of an arm is measured online, never assumed: the running mean of what the loop saw a
+drafter's propose take for k tokens, of the target's verify forward for n tokens, and of the rest
+of a round (remote hops, bookkeeping) with and without a draft. One `RoundCosts` lives as long as
+the engine or the serving replica, so every request starts from what the earlier ones measured.
+"""
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+EMA = 0.1  # weight of a new measurement in a running mean (about the last 10 rounds)
+
+
+@dataclass(frozen=True)
+class Arm:
+    drafter: int | None  # None: the plain decode step
+    k: int
+
+
+class Arms:
+    def __init__(self, n_drafters: int, k: int, cost_aware: bool):
+        self.n_drafters, self.k = n_drafters, k
+        if cost_aware:
+            self.arms = [Arm(None, 0)] + [Arm(j, kk) for j in range(n_drafters) for kk in range(1, k + 1)]
+        else:
+            self.arms = [Arm(j, k) for j in range(n_drafters)]
+        self.drafter_of = np.array([-1 if a.drafter is None else a.drafter for a in self.arms])
+        self.ks = np.array([a.k for a in self.arms])
+
+    def __len__(self) -> int:
+        return len(self.arms)
+
+    def __getitem__(self, index: int) -> Arm:
+        return self.arms[index]
+
+    def awake(self, drafters_awake: np.ndarray) -> np.ndarray:
+        """An arm is awake when its drafter is; the plain step always is."""
+        padded = np.append(np.asarray(drafters_awake, dtype=bool), True)  # index -1: the plain step
+        return padded[self.drafter_of]
+
+    def names(self, drafter_names: list[str]) -> list[str]:
+        return ["none" if a.drafter is None else (f"{drafter_names[a.drafter]}@{a.k}" if len(self) > self.n_drafters
+                                                  else drafter_names[a.drafter]) for a in self.arms]
+
+
+class _Mean:
+    def __init__(self):
+        self.value: float | None = None
+
+    def add(self, x: float) -> None:
+        self.value = x if self.value is None else self.value + EMA * (x - self.value)
+
+
+class RoundCosts:
+    """Running estimates of a round's parts, in seconds; safe to share between decode threads."""
+
+    def __init__(self, n_drafters: int, k: int):
+        self.n, self.k = n_drafters, k
+        self.verify = [_Mean() for _ in range(k + 2)]  # index n: a forward over n tokens
+        self.draft = [[_Mean() for _ in range(k + 1)] for _ in range(n_drafters)]  # [j][k]
+        self.rest = {True: _Mean(), False: _Mean()}  # the rest of a round, with a draft / without
+        self.lock = threading.Lock()
+
+    def record(self, drafter: int | None, drafted: int, draft_s: float, verify_s: float, round_s: float) -> None:
+        """One round as the loop saw it: the drafter asked (None: none) and the drafts it gave."""
+        with self.lock:
+            if drafter is not None and drafted:
+                self.draft[drafter][min(drafted, self.k)].add(draft_s)
+            self.verify[min(drafted + 1, self.k + 1)].add(verify_s)
+            self.rest[drafter is not None].add(max(0.0, round_s - draft_s - verify_s))
+
+    def verify_s(self, n: int) -> float:
+        """The verify estimate for n tokens; unmeasured sizes follow a line through the measured ones."""
+        known = [(i, m.value) for i, m in enumerate(self.verify) if m.value is not None]
+        exact = dict(known)
+        if n in exact:
+            return exact[n]
+        if len(known) < 2:
+            return known[0][1] if known else 0.0
+        x, y = np.array(known).T
+        slope, intercept = np.polyfit(x, y, 1)
+        return max(0.0, float(intercept + slope * n))
+
+    def draft_s(self, drafter: int, k: int) -> float:
+        """The propose estimate; unmeasured k scale the measured ones' time per token, and a drafter
+        never measured costs 0 (optimism: it gets tried, then measured)."""
+        known = [(kk, m.value) for kk, m in enumerate(self.draft[drafter]) if m.value is not None]
+        exact = dict(known)
+        if k in exact:
+            return exact[k]
+        return k * float(np.mean([v / kk for kk, v in known])) if known else 0.0
+
+    def arm_costs(self, arms: Arms) -> np.ndarray:
+        with self.lock:
+            verify = [self.verify_s(n) for n in range(self.k + 2)]
+            rest = {key: m.value or 0.0 for key, m in self.rest.items()}
+            return np.array([verify[1] + rest[False] if a.drafter is None
+                             else self.draft_s(a.drafter, a.k) + verify[a.k + 1] + rest[True] for a in arms.arms])
+
+    def snapshot(self) -> dict:
+        """The estimates in ms, for benchmarks and /stats."""
+        with self.lock:
+            return {"verify_ms": {n: 1e3 * self.verify_s(n) for n in range(1, self.k + 2)},
+                    "rest_ms": {("draft" if key else "plain"): 1e3 * (m.value or 0.0) for key, m in self.rest.items()}}

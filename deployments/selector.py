@@ -17,6 +17,9 @@ class SelectorDeployment:
         self.config = SelectorConfig.model_validate(config)
         self.names, self.k = names, k
         self.selectors = {}
+        # warm start: per (selector config, K), the finished queries and the mean of their final weights,
+        # which every new request's learner starts from (HedgeSpecSelector.prior)
+        self.priors: dict[str, tuple[int, np.ndarray]] = {}
         self.order = Sequencer()
         self.metrics = Recorder("hedgespec_selector_weight")
         self.latest: dict[str, float] = {}
@@ -41,13 +44,17 @@ class SelectorDeployment:
             config = SelectorConfig.model_validate(config) if config else self.config
             k = k or self.k
             selector = build_selector(config, self.names, k, seed)
+            key = f"{config.model_dump_json()}:{k}"
+            if getattr(selector, "warm_start", False) and key in self.priors:
+                selector.queries, mean_final = self.priors[key]
+                selector.mean_final = mean_final.copy()
             selector.begin(prompt_text)
-            self.selectors[request_id] = (selector, Arms(len(self.names), k, config.objective == "time"))
+            self.selectors[request_id] = (selector, Arms(len(self.names), k, config.objective == "time"), key)
 
     async def step(self, request_id: str, seq: int, feedback: list[RoundFeedback], awake) -> int:
         """Learn from the rounds whose scores arrived; choose for the next round."""
         async with self.order.turn(request_id, seq):
-            selector, arms = self.selectors[request_id]
+            selector, arms, _ = self.selectors[request_id]
             for round_feedback in feedback:
                 selector.observe(round_feedback)
             choice = selector.choose(awake)
@@ -57,11 +64,17 @@ class SelectorDeployment:
     async def end(self, request_id: str, seq: int, feedback: list[RoundFeedback]) -> None:
         """Final feedback, then the request's learner state is dropped (also after a disconnect)."""
         async with self.order.turn(request_id, seq):
-            selector, _ = self.selectors.pop(request_id, (None, None))
+            selector, _, key = self.selectors.pop(request_id, (None, None, None))
             if selector is not None:
                 for round_feedback in feedback:
                     selector.observe(round_feedback)
-                selector.end()
+                if getattr(selector, "warm_start", False):  # fold this query's final weights into the prior
+                    queries, mean_final = self.priors.get(key, (selector.queries, selector.mean_final))
+                    selector.queries, selector.mean_final = queries, mean_final.copy()
+                    selector.end()
+                    self.priors[key] = (selector.queries, selector.mean_final)
+                else:
+                    selector.end()
         self.order.forget(request_id)
 
     async def weights(self) -> dict:

@@ -53,9 +53,12 @@ class Arms:
 class _Mean:
     def __init__(self):
         self.value: float | None = None
+        self.count = 0
 
     def add(self, x: float) -> None:
-        self.value = x if self.value is None else self.value + EMA * (x - self.value)
+        self.count += 1
+        # a plain mean for the first 1/EMA measurements, then a running one that follows drift
+        self.value = x if self.value is None else self.value + max(EMA, 1.0 / self.count) * (x - self.value)
 
 
 class RoundCosts:
@@ -77,16 +80,19 @@ class RoundCosts:
             self.rest[drafter is not None].add(max(0.0, round_s - draft_s - verify_s))
 
     def verify_s(self, n: int) -> float:
-        """The verify estimate for n tokens; unmeasured sizes follow a line through the measured ones."""
-        known = [(i, m.value) for i, m in enumerate(self.verify) if m.value is not None]
-        exact = dict(known)
-        if n in exact:
-            return exact[n]
-        if len(known) < 2:
-            return known[0][1] if known else 0.0
-        x, y = np.array(known).T
-        slope, intercept = np.polyfit(x, y, 1)
-        return max(0.0, float(intercept + slope * n))
+        """The verify estimate for n tokens. One token is its own measurement (another kernel runs it,
+        models/kernels.py); several tokens follow a line through the measured sizes, weighted by how
+        often each was measured, so that one noisy size cannot make a longer draft look cheaper than
+        a shorter one. Unmeasured: the nearest thing known (optimism: a size gets tried, then measured)."""
+        single = self.verify[1].value
+        if n == 1 or not any(m.value is not None for m in self.verify[2:]):
+            return single or next((m.value for m in self.verify[2:] if m.value is not None), 0.0)
+        known = [(i, m.value, m.count) for i, m in enumerate(self.verify) if i >= 2 and m.value is not None]
+        if len(known) == 1:
+            return known[0][1]
+        x, y, weight = np.array(known).T
+        slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(weight))
+        return max(0.0, float(intercept + max(0.0, slope) * n))
 
     def draft_s(self, drafter: int, k: int) -> float:
         """The propose estimate; unmeasured k scale the measured ones' time per token, and a drafter

@@ -159,8 +159,6 @@ class ServeConfig(Strict):
         names = [d.name for d in self.engine.drafters]
         if self.engine.selector.delay != "queue":
             raise ValueError("the Serve selector runs the queue delay reduction (selector.delay: queue)")
-        if self.engine.selector.warm_start:
-            raise ValueError("warm_start is in-process only for now: per-request selectors do not share a prior")
         placed = [d for g in self.groups for d in g.drafters]
         if self.groups and sorted(placed) != sorted(names):
             raise ValueError(f"groups must place every drafter exactly once: pool {names}, groups {placed}")

@@ -24,17 +24,24 @@ def test_round_costs_measure_interpolate_and_start_optimistic():
     costs.record(None, 0, 0.0, verify_s=0.10, round_s=0.11)  # a plain step: verify over 1 token
     costs.record(0, 3, 0.006, verify_s=0.16, round_s=0.18)  # drafter 0 drafted 3: verify over 4 tokens
     assert costs.verify_s(1) == pytest.approx(0.10) and costs.verify_s(4) == pytest.approx(0.16)
-    assert costs.verify_s(2) == pytest.approx(0.12)  # the line through (1, 0.10) and (4, 0.16)
+    assert costs.verify_s(2) == pytest.approx(0.16)  # one multi-token size known: the nearest
+    costs.record(0, 1, 0.002, verify_s=0.12, round_s=0.124)  # now 2 tokens too
+    assert costs.verify_s(3) == pytest.approx(0.14)  # the line through (2, 0.12) and (4, 0.16)
+    costs.record(0, 2, 0.004, verify_s=0.11, round_s=0.116)  # a noisy 3 below 2: the line stays increasing
+    assert costs.verify_s(2) <= costs.verify_s(3) <= costs.verify_s(4)
     assert costs.draft_s(0, 3) == pytest.approx(0.006)
     assert costs.draft_s(0, 1) == pytest.approx(0.002)  # 2 ms per drafted token, from the k=3 measurement
     assert costs.draft_s(1, 4) == 0.0  # never measured: tried before it is priced
     arms = Arms(2, 4, cost_aware=True)
     priced = costs.arm_costs(arms)
-    rest_plain, rest_draft = 0.01, 0.18 - 0.006 - 0.16
+    rest_plain, rest_draft = 0.01, (0.014 + 0.002 + 0.002) / 3
     assert priced[0] == pytest.approx(0.10 + rest_plain)
-    assert priced[arms.arms.index(Arm(0, 3))] == pytest.approx(0.006 + 0.16 + rest_draft)
-    costs.record(None, 0, 0.0, verify_s=0.20, round_s=0.21)  # a running mean moves a tenth of the way
-    assert costs.verify_s(1) == pytest.approx(0.10 + 0.1 * (0.20 - 0.10))
+    assert priced[arms.arms.index(Arm(0, 3))] == pytest.approx(0.006 + costs.verify_s(4) + rest_draft)
+    costs.record(None, 0, 0.0, verify_s=0.20, round_s=0.21)  # a plain mean of the first ten measurements
+    assert costs.verify_s(1) == pytest.approx(0.15)
+    for _ in range(20):
+        costs.record(None, 0, 0.0, verify_s=0.30, round_s=0.31)  # then a running mean that follows drift
+    assert 0.29 < costs.verify_s(1) < 0.30
 
 
 def test_time_losses_by_hand():

@@ -21,7 +21,7 @@ import numpy as np
 
 from hedgespec.bench.forward import forward_ms
 from hedgespec.bench.replay import replay_one, trajectory
-from hedgespec.config import SelectorConfig
+from hedgespec.config import FULL_INFORMATION, SelectorConfig
 from hedgespec.engine import Engine
 from hedgespec.sampling import Sampling
 
@@ -71,10 +71,12 @@ class _TimedPropose:
 
 def sides(engine: Engine, calibration: dict[str, dict] | None, singles: int) -> dict:
     """label -> (engine, selector config or None for target-only decoding)."""
-    name = engine.config.selector.name if engine.config.selector.name in ("hedgespec", "hedgespec-sleeping", "hedge") else "hedgespec"
-    out = {TARGET_ONLY: (engine, None),
-           f"{name} (time)": (engine.with_drafters(engine.drafters, selector=SelectorConfig(name=name, loss="time")), "spec"),
-           f"{name} (MAT)": (engine.with_drafters(engine.drafters, selector=SelectorConfig(name=name, loss="eal")), "spec")}
+    configured = engine.config.selector
+    learner = configured if configured.name in FULL_INFORMATION else SelectorConfig(name="hedgespec")
+    out = {TARGET_ONLY: (engine, None)}
+    for objective, label in (("time", "time"), ("eal", "MAT")):
+        selector = learner.model_copy(update={"loss": objective})
+        out[f"{learner.name} ({label})"] = (engine.with_drafters(engine.drafters, selector=selector), "spec")
     if calibration:
         ranked = sorted(calibration, key=lambda d: -calibration[d]["per_k"][calibration[d]["best_k"]]["predicted_tokens_per_s"])
         chosen = [(d, calibration[d]["best_k"]) for d in ranked[:singles]]
@@ -112,7 +114,8 @@ def run(engine: Engine, prompts: list[str], sampling: Sampling, max_tokens: int,
         reference.append(totals[TARGET_ONLY]["texts"][i])
     base = totals[TARGET_ONLY]["tokens"] / totals[TARGET_ONLY]["seconds"]
     for label, t in totals.items():
-        t["identical"] = sum(t.pop("texts")[i] == reference[i] for i in range(len(prompts)))
+        texts = t.pop("texts")
+        t["identical"] = sum(texts[i] == reference[i] for i in range(len(prompts)))
         rounds = max(1, t["forwards"])
         t |= {"tokens_per_s": t["tokens"] / t["seconds"], "mat": t["tokens"] / rounds,
               "speedup": t["tokens"] / t["seconds"] / base,

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from hedgespec.drafters.feature_head import KV, FeatureHead, Frozen, frozen_from_folder, frozen_from_model, load_head
-from hedgespec.drafters.head_stack import StackedHeads
+from hedgespec.drafters.head_stack import Linear, StackedHeads
 from hedgespec.interfaces import Draft, Observation, Verified
 from hedgespec.models import loading
 from hedgespec.sampling import Sampling, draw, process_draft
@@ -52,11 +52,17 @@ class _Request:
 class EagleStack:
     """Heads of one shape and one draft vocabulary, with the per-request state they share."""
 
-    def __init__(self, heads: list[FeatureHead], frozen: Frozen):
+    def __init__(self, heads: list[FeatureHead], frozen: Frozen, int8: bool | None = None):
+        """`int8`: the products' precision (head_stack.py; default: int8 where FBGEMM runs). In int8 a
+        call quantizes its activations with one scale, so a position scored within a round's batch and
+        the same position drafted alone can round differently (the drafts stay exact for losslessness:
+        verification only needs the q a draft was drawn from)."""
         if heads[0].spec.hidden != frozen.embed.shape[1]:
             raise ValueError(f"head width {heads[0].spec.hidden} != target width {frozen.embed.shape[1]}")
-        self.heads = StackedHeads(heads)
+        self.heads = StackedHeads(heads, int8)
         self.frozen = frozen
+        # the target's output head on the draft vocabulary, in the heads' precision (head_stack.Linear)
+        self.output = Linear(frozen.rows, self.heads.int8)
         self.requests: dict[str, _Request] = {}
         self.lock = threading.Lock()  # guards `requests`; each request has its own lock
 
@@ -92,15 +98,14 @@ class EagleStack:
         n = request.members.stop - request.members.start
         positions = torch.arange(request.length, request.length + len(tokens))
         embeds = self.frozen.embedding(torch.tensor(tokens))
-        out, request.cache = self.heads.forward(self.heads.members(request.members),
-                                                features.float()[None].expand(n, -1, -1),
+        out, request.cache = self.heads.forward(request.members, features.float()[None].expand(n, -1, -1),
                                                 embeds[None].expand(n, -1, -1), positions, request.cache)
         request.length += len(tokens)
         return out
 
     def _rows(self, features: Tensor, sampling: Sampling) -> Tensor:
         """[..., H] predicted states -> processed distributions over the full vocabulary [..., V]."""
-        probs = process_draft(features @ self.frozen.rows.T, sampling)
+        probs = process_draft(self.output(features), sampling)
         rows = torch.zeros(*probs.shape[:-1], self.frozen.size)
         rows[..., self.frozen.vocab] = probs
         return rows
@@ -119,18 +124,17 @@ class EagleStack:
             if request.feature is None:  # asleep: no target state to draft from yet
                 return Draft([])
             row = member - request.members.start
-            weights = self.heads.members(slice(member, member + 1))
             cache = tuple(t[row:row + 1] for t in request.cache)
             feature, generator = request.feature[row], request.generators[member]
             tokens, rows = [], []
             for step in range(k):
-                probs = process_draft(feature[None] @ self.frozen.rows.T, request.sampling)[0]
+                probs = process_draft(self.output(feature[None]), request.sampling)[0]
                 tokens.append(int(self.frozen.vocab[draw(probs, generator)]))
                 rows.append(probs)
                 if step + 1 < k:  # the head's own prediction and its own token: a scratch cache entry
                     position = torch.tensor([request.length + step])
                     embed = self.frozen.embedding(torch.tensor(tokens[-1:]))[None]
-                    out, cache = self.heads.forward(weights, feature[None, None], embed, position, cache)
+                    out, cache = self.heads.forward(slice(member, member + 1), feature[None, None], embed, position, cache)
                     feature = out[0, -1]
         full = torch.zeros(len(rows), self.frozen.size)
         if rows:
@@ -181,8 +185,8 @@ class EagleDrafter:
         self.name, self.stack, self.member = name, stack, member
 
     @classmethod
-    def single(cls, name: str, head: FeatureHead, frozen: Frozen) -> "EagleDrafter":
-        return cls(name, EagleStack([head], frozen), 0)
+    def single(cls, name: str, head: FeatureHead, frozen: Frozen, int8: bool | None = None) -> "EagleDrafter":
+        return cls(name, EagleStack([head], frozen, int8), 0)
 
     @classmethod
     def load_stack(cls, names: list[str], paths: list[Path], vocab: int, target_model=None,

@@ -70,6 +70,7 @@ class RoundCosts:
         self.draft = [[_Mean() for _ in range(k + 1)] for _ in range(n_drafters)]  # [j][k]
         self.rest = {True: _Mean(), False: _Mean()}  # the rest of a round, with a draft / without
         self.lock = threading.Lock()
+        self.priced: dict[tuple, np.ndarray] = {}  # arm costs per kind of Arms, until the next record
 
     def record(self, drafter: int | None, drafted: int, draft_s: float, verify_s: float, round_s: float) -> None:
         """One round as the loop saw it: the drafter asked (None: none) and the drafts it gave."""
@@ -78,21 +79,38 @@ class RoundCosts:
                 self.draft[drafter][min(drafted, self.k)].add(draft_s)
             self.verify[min(drafted + 1, self.k + 1)].add(verify_s)
             self.rest[drafter is not None].add(max(0.0, round_s - draft_s - verify_s))
+            self.priced.clear()
+
+    def verify_curve(self) -> list[float]:
+        """verify_s(n) for n = 0..K+1, with the line fitted once."""
+        line = self._line()
+        return [self._verify(n, line) for n in range(self.k + 2)]
 
     def verify_s(self, n: int) -> float:
         """The verify estimate for n tokens. One token is its own measurement (another kernel runs it,
         models/kernels.py); several tokens follow a line through the measured sizes, weighted by how
         often each was measured, so that one noisy size cannot make a longer draft look cheaper than
         a shorter one. Unmeasured: the nearest thing known (optimism: a size gets tried, then measured)."""
-        single = self.verify[1].value
-        if n == 1 or not any(m.value is not None for m in self.verify[2:]):
-            return single or next((m.value for m in self.verify[2:] if m.value is not None), 0.0)
+        return self._verify(n, self._line())
+
+    def _line(self) -> tuple[float, float] | None:
+        """(slope, intercept) of the multi-token verify times, or None with fewer than two sizes measured."""
         known = [(i, m.value, m.count) for i, m in enumerate(self.verify) if i >= 2 and m.value is not None]
-        if len(known) == 1:
-            return known[0][1]
+        if len(known) < 2:
+            return None
         x, y, weight = np.array(known).T
         slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(weight))
-        return max(0.0, float(intercept + max(0.0, slope) * n))
+        return max(0.0, float(slope)), float(intercept)
+
+    def _verify(self, n: int, line: tuple[float, float] | None) -> float:
+        single = self.verify[1].value
+        longer = [m.value for m in self.verify[2:] if m.value is not None]
+        if n == 1 or not longer:
+            return single or (longer[0] if longer else 0.0)
+        if line is None:
+            return longer[0]
+        slope, intercept = line
+        return max(0.0, intercept + slope * n)
 
     def draft_s(self, drafter: int, k: int) -> float:
         """The propose estimate; unmeasured k scale the measured ones' time per token, and a drafter
@@ -105,13 +123,16 @@ class RoundCosts:
 
     def arm_costs(self, arms: Arms) -> np.ndarray:
         with self.lock:
-            verify = [self.verify_s(n) for n in range(self.k + 2)]
-            rest = {key: m.value or 0.0 for key, m in self.rest.items()}
-            return np.array([verify[1] + rest[False] if a.drafter is None
-                             else self.draft_s(a.drafter, a.k) + verify[a.k + 1] + rest[True] for a in arms.arms])
+            if (key := (arms.n_drafters, arms.k, len(arms))) not in self.priced:
+                verify = self.verify_curve()
+                rest = {key: m.value or 0.0 for key, m in self.rest.items()}
+                self.priced[key] = np.array([verify[1] + rest[False] if a.drafter is None
+                                                  else self.draft_s(a.drafter, a.k) + verify[a.k + 1] + rest[True]
+                                                  for a in arms.arms])
+            return self.priced[key]
 
     def snapshot(self) -> dict:
         """The estimates in ms, for benchmarks and /stats."""
         with self.lock:
-            return {"verify_ms": {n: 1e3 * self.verify_s(n) for n in range(1, self.k + 2)},
+            return {"verify_ms": {n: 1e3 * v for n, v in enumerate(self.verify_curve()) if n},
                     "rest_ms": {("draft" if key else "plain"): 1e3 * (m.value or 0.0) for key, m in self.rest.items()}}

@@ -51,6 +51,7 @@ def overhead(args, config, sampling) -> int:
     engine = Engine(config)
     result = {"learner_update_us": {n: overhead_bench.learner_update_us(n) for n in (8, 64)},
               "scoring_ms_per_drafter_round": overhead_bench.scoring_ms(engine.target.vocab),
+              "head_scoring": overhead_bench.head_scoring_ms(engine),
               "round": overhead_bench.round_breakdown(engine, SPEED_PROMPTS[:3], args.max_tokens, sampling, args.seed)}
     if args.json:
         with open(args.json, "w") as f:
@@ -58,10 +59,16 @@ def overhead(args, config, sampling) -> int:
     for n, times in result["learner_update_us"].items():
         print(f"learner update + weights, N={n}: " + ", ".join(f"{k} {v:.1f} us" for k, v in times.items()))
     print(f"gamma/ratio scoring, one drafter, 6 positions, V={engine.target.vocab}: {result['scoring_ms_per_drafter_round']:.3f} ms")
+    heads = result["head_scoring"]
+    if heads:
+        print(f"one scored round (3 tokens) of the EAGLE heads ({'int8' if heads['int8'] else 'float32'} products): "
+              f"one head {heads['one_ms']:.2f} ms, all {heads['heads']} in one call {heads['all_ms']:.2f} ms "
+              f"({heads['ratio']:.2f}x one)")
     r = result["round"]
     print(f"round: {r['round_ms']:.1f} ms over {r['rounds']} rounds")
     for key, ms in sorted(r["ms_per_round"].items(), key=lambda kv: -kv[1]):
         print(f"  {key:28s} {ms:8.2f} ms  {100 * r['share'][key]:5.1f}%")
+    print(f"  beside the rounds, on the pool's worker: scoring {r['scoring_beside_ms_per_round']:.2f} ms per round")
     return 0
 
 

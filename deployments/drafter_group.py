@@ -62,7 +62,7 @@ class DrafterGroup:
             scores = self.pool.evaluate(request_id, expand(verified, self.vocab))
         with self.metrics.timed("hedgespec_evaluation_phase_seconds", group=self.label):
             result = await asyncio.wrap_future(scores)
-        return result, self.pool.awake(request_id)
+        return result, self.pool.ready_after_latest(request_id)
 
     async def release(self, request_id: str, seq: int) -> None:
         async with self.order.turn(request_id, seq):

@@ -20,6 +20,7 @@ from deployments.adapters import RemotePool, RemoteSelector, RemoteTarget
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
 from hedgespec.arms import RoundCosts
+from hedgespec.calibration import DepthCalibration
 from hedgespec.config import SelectorConfig, ServeConfig
 from hedgespec.decode import Cancelled, Generation, Request as DecodeRequest, decode
 from hedgespec.engine import delayed_losses
@@ -75,6 +76,7 @@ class Ingress:
         # what rounds cost as this replica's decode loops see them (remote hops included): the time
         # objective's prices, shared by every request this replica serves
         self.costs = RoundCosts(len(self.config.engine.drafters), self.config.engine.k)
+        self.calibration = DepthCalibration(len(self.config.engine.drafters), self.config.engine.k)
 
     @app.get("/health")
     async def health(self):
@@ -182,7 +184,7 @@ class Ingress:
         rid = job.request_id
         pool = RemotePool(self.groups, rid, self.background) if self.groups and job.speculate else None
         selector = RemoteSelector(self.selector, rid, self.background, job.seed, job.selector, job.k) if pool else None
-        losses = delayed_losses(job.selector, len(pool.names), job.k, self.costs) if pool else None
+        losses = delayed_losses(job.selector, len(pool.names), job.k, self.costs, self.calibration) if pool else None
         stream = TextStream(self.tokenizer, job.max_tokens, job.stop, self.eos_ids)
         request = DecodeRequest(job.tokens, job.max_tokens, job.sampling, job.seed, job.stop, job.text, rid)
         self.in_flight[rid] = job.cancel

@@ -242,6 +242,7 @@ def _dashboards(args) -> int:
 def _add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="engine config YAML (an engine document or a Serve config)")
     parser.add_argument("--target", help="override the target model ('smollm2', 'tiny:SEED' or a folder)")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], help="override the target's dtype")
     parser.add_argument("--k", type=int, help="draft tokens per round")
     parser.add_argument("--selector", help="selector name (see configs/)")
     parser.add_argument("--drafter", help="drafter for --selector fixed, primary for --selector rule")
@@ -275,7 +276,7 @@ def _add_singles_args(parser: argparse.ArgumentParser) -> None:
 
 def _engine_config(args):
     config = load_config(args.config)
-    target = config.target.model_copy(update={"model": args.target}) if args.target else config.target
+    target = config.target.model_copy(update={k: v for k, v in (("model", args.target), ("dtype", args.dtype)) if v})
     selector = config.selector
     if args.selector or args.drafter:
         fields = selector.model_dump() | {k: v for k, v in (("name", args.selector), ("drafter", args.drafter)) if v}

@@ -97,6 +97,7 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
     rounds: list[Round] = []
     learning = Learning(selector, losses, k) if pool else None
     arms: Arms | None = losses.arms if pool else None
+    position = 0  # tokens committed so far: where the next round starts
     try:
         hidden = target.prefill(rid, request.prompt, request.sampling, request.seed)
         if pool:
@@ -123,6 +124,9 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
                 learning.expect(chosen, len(verified.tokens), pool.evaluate(rid, verified))
                 if losses.costs is not None:
                     losses.costs.record(drafter, verified.drafted, verified.draft_seconds, verified.seconds, seconds)
+                if drafter is not None:
+                    losses.play(position, drafter, verified.drafted, verified.accepted)
+            position += len(verified.tokens)
             rounds.append(Round(pool.names[drafter] if drafter is not None else None, verified.drafted,
                                 verified.accepted, len(verified.tokens), seconds, verified.draft_seconds, verified.seconds))
             delta = stream.push(verified.tokens)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 import torch
 
 from hedgespec.arms import Arms, RoundCosts
+from hedgespec.calibration import DepthCalibration
 from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.decode import Generation, Request, decode
 from hedgespec.drafters import build_drafters
@@ -32,7 +33,9 @@ class Engine:
         self.pool = LocalPool(self.drafters)
         self.eos_ids = loading.eos_ids(config.target.model)
         self.use_selector(config.selector)
-        self.costs = RoundCosts(len(self.drafters), config.k)  # measured by every generation, kept across them
+        # measured by every generation, kept across them
+        self.costs = RoundCosts(len(self.drafters), config.k)
+        self.calibration = DepthCalibration(len(self.drafters), config.k)
 
     def use_selector(self, config: SelectorConfig, seed: int = 0) -> None:
         """One selector for the engine's sequential queries (so a warm start can carry across them);
@@ -49,6 +52,7 @@ class Engine:
         other.drafters, other.pool = list(drafters), LocalPool(drafters)
         other.use_selector(selector or self.config.selector)
         other.costs = RoundCosts(len(drafters), other.config.k)
+        other.calibration = DepthCalibration(len(drafters), other.config.k)
         return other
 
     def encode(self, prompt: str | list[dict], chat: bool = True) -> list[int]:
@@ -65,15 +69,18 @@ class Engine:
         text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
         request = Request(tokens, max_tokens, sampling, seed, stop, text)
         pool = self.pool if speculate and self.drafters else None
-        losses = delayed_losses(selector_config, len(self.drafters), self.config.k, self.costs) if pool else None
+        losses = delayed_losses(selector_config, len(self.drafters), self.config.k, self.costs,
+                                self.calibration) if pool else None
         stream = TextStream(self.tokenizer, max_tokens, list(stop), self.eos_ids)
         return decode(request, self.target, pool, selector, stream, self.config.k, losses, on_text)
 
 
-def delayed_losses(config: SelectorConfig, n_drafters: int, k: int, costs: RoundCosts) -> DelayedLosses:
-    """One generation's feedback window for this selector; the time objective prices its arms with `costs`."""
+def delayed_losses(config: SelectorConfig, n_drafters: int, k: int, costs: RoundCosts,
+                   calibration: DepthCalibration | None) -> DelayedLosses:
+    """One generation's feedback window for this selector; the time objective prices its arms with
+    `costs`; `calibration` corrects the scores per depth (hedgespec.calibration) and learns from it."""
     return DelayedLosses(n_drafters, k, config.objective, config.estimator,
-                         costs if config.objective == "time" else None)
+                         costs if config.objective == "time" else None, calibration)
 
 
 def build_selector(config: SelectorConfig, names: list[str], k: int, seed: int = 0):

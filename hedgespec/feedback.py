@@ -17,6 +17,9 @@ probability), a_s (likelihood ratio of the committed token) and whether the draf
   step); the loss is the arm's time per committed token, c_{j,k} / E_{j,k}(s), divided by the
   largest c of any arm so that it lies in [0, 1], with c measured online (arms.RoundCosts) at the
   moment the loss is delivered.
+
+With a DepthCalibration, the gamma and ratio of depth d in a window are first multiplied by that
+drafter's factor for depth d, learned from the rounds it played (hedgespec.calibration).
 """
 from collections import deque
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hedgespec.arms import Arms, RoundCosts
+from hedgespec.calibration import DepthCalibration
 
 LOSSES = ("time", "eal", "tap")
 ESTIMATORS = ("corrected", "paper")
@@ -92,7 +96,7 @@ class DelayedLosses:
     """
 
     def __init__(self, n_drafters: int, k: int, loss: str = "eal", estimator: str = "corrected",
-                 costs: RoundCosts | None = None):
+                 costs: RoundCosts | None = None, calibration: DepthCalibration | None = None):
         if n_drafters < 0 or k < 1:  # an empty pool (target-only decoding) just never pushes
             raise ValueError(f"need n_drafters >= 0 and k >= 1, got {n_drafters} and {k}")
         self.n = n_drafters
@@ -102,6 +106,8 @@ class DelayedLosses:
         if (loss == "time") != (costs is not None):
             raise ValueError("the time loss needs the round costs, and only it uses them")
         self.costs = costs
+        self.calibration = calibration  # per-depth factors for the scores, and what they learn from
+        self.played: dict[int, tuple[int, int, int]] = {}  # round start -> (drafter, drafted, accepted)
         self.arms = Arms(n_drafters, k, cost_aware=loss == "time")
         self.window = 1 if loss == "tap" else k
         self.rows: deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = deque()
@@ -118,26 +124,40 @@ class DelayedLosses:
 
     def flush(self) -> list[MaturedLoss]:
         """End of generation: deliver what is left, with gamma beyond the end taken as 0."""
-        return [self._deliver() for _ in range(len(self.rows))]
+        return [self._deliver(complete=False) for _ in range(len(self.rows))]
 
-    def _deliver(self) -> MaturedLoss:
+    def play(self, position: int, drafter: int, drafted: int, accepted: int) -> None:
+        """A round started at `position` with this drafter: what its drafts really did, to be held
+        against the drafter's scores there once they are complete."""
+        if self.calibration is not None and drafted:
+            self.played[position] = (drafter, drafted, accepted)
+
+    def _deliver(self, complete: bool = True) -> MaturedLoss:
         gamma = np.zeros((self.window, self.n))
         ratio = np.zeros((self.window, self.n))
         for j, (g, a, awake) in enumerate(self.rows):
             gamma[j] = np.where(awake, g, 0.0)
             ratio[j] = np.where(awake, a, 0.0)
         awake = self.rows[0][2]
+        start = self.pushed - len(self.rows)
+        if self.calibration is not None and self.loss != "tap":
+            factors = self.calibration.factors()[:self.window]  # from the rounds before this one
+            played = self.played.pop(start, None)
+            if played is not None and complete:
+                drafter, drafted, accepted = played
+                carry = gamma if self.estimator == "paper" else ratio
+                self.calibration.record(drafter, gamma[:, drafter], carry[:, drafter], drafted, accepted)
+            gamma, ratio = np.minimum(gamma * factors, 1.0), np.minimum(ratio * factors, 1.0)
         if self.loss == "tap":
             losses = 1.0 - gamma[0]
         elif self.loss == "eal":
             losses = eal_loss(gamma, ratio, self.estimator)
         else:
             losses, awake = self._time_losses(gamma, ratio), self.arms.awake(awake)
-        position = self.pushed - len(self.rows)
         self.rows.popleft()
-        delay = self.pushed - 1 - position
+        delay = self.pushed - 1 - start
         self.max_delay = max(self.max_delay, delay)
-        return MaturedLoss(position, np.clip(losses, 0.0, 1.0), awake, delay)
+        return MaturedLoss(start, np.clip(losses, 0.0, 1.0), awake, delay)
 
     def _time_losses(self, gamma: np.ndarray, ratio: np.ndarray) -> np.ndarray:
         """Each arm's time per committed token at the window's start, over the costliest arm's time."""

@@ -39,9 +39,14 @@ class Verified:
 @dataclass
 class Observation:
     """A drafter's view of committed positions: its processed distribution at each one and whether
-    it would have proposed there at all (an abstaining drafter is asleep; its row is zero)."""
-    probs: torch.Tensor
+    it would have proposed there at all (an abstaining drafter is asleep; its row is zero).
+
+    A drafter whose q is a point mass at every position (prompt lookup always; any drafter under
+    greedy decoding) gives `tokens`, the token it would draft at each position, and no `probs`: its
+    scores then need no full-vocabulary rows at all (pool.score)."""
+    probs: torch.Tensor | None
     awake: torch.Tensor
+    tokens: torch.Tensor | None = None
 
 
 class Target(Protocol):

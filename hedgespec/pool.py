@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from hedgespec.evaluation import acceptance
 from hedgespec.interfaces import Draft, Drafter, Observation, Verified
@@ -55,8 +56,16 @@ class DrafterPool(Protocol):
 
 
 def score(verified: Verified, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One drafter's (gamma, ratio, awake) columns for a round."""
-    gamma, ratio = acceptance(verified.probs, observation.probs, np.asarray(verified.tokens))
+    """One drafter's (gamma, ratio, awake) columns for a round. A point mass at d has gamma = p(d)
+    and ratio = min(1, 1 / p(x)) = 1 where d is the committed token x, else 0 (evaluation.py's
+    formulas with q one-hot)."""
+    committed = torch.as_tensor(verified.tokens)
+    if observation.probs is None:
+        drafted = observation.tokens.clamp_min(0)  # asleep positions (-1) are masked by `awake`
+        gamma = verified.probs.gather(-1, drafted[:, None])[:, 0]
+        ratio = (observation.tokens == committed).float()
+    else:
+        gamma, ratio = acceptance(verified.probs, observation.probs, committed)
     return gamma.numpy(), ratio.numpy(), observation.awake.numpy()
 
 
@@ -123,6 +132,12 @@ class LocalPool:
         before = request.rounds[-2]
         before.future.result()  # complete: the loop absorbed it (or it failed, and this raises)
         return before.ready.copy()
+
+    def ready_after_latest(self, request_id: str) -> np.ndarray:
+        """The flags after the newest fully scored round (a Ray group sends them with its scores)."""
+        request = self.requests[request_id]
+        scored = next((r for r in reversed(request.rounds) if r.future.done()), None)
+        return request.ready.copy() if scored is None else scored.ready.copy()
 
     def propose(self, request_id, index, k):
         start = time.perf_counter()

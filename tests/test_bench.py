@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hedgespec.bench import overhead, selectors
+from hedgespec.bench import overhead, selectors, speed
 from hedgespec.config import load_config
 from hedgespec.decode import Generation, Round
 from hedgespec.engine import Engine
@@ -45,6 +45,23 @@ def test_selector_benchmark_on_tiny_models():
     assert "regret_per_token" not in summary["fixed:same-model"] and "regret_per_token" in summary["hedgespec"]
     json.dumps(result)  # the --json output is plain JSON
     assert "| hedgespec |" in selectors.table(result)
+
+
+def test_speed_benchmark_runs_every_side_on_tiny_models():
+    """Target-only, HedgeSpec on both objectives and the singles at their calibrated best K, in one
+    run; greedy text identical on every side in float32; the best K is the replay's prediction."""
+    engine = Engine(load_config("configs/tiny.yaml"))
+    result = speed.run(engine, ["abc abc abc abc abc abc", "hello there friend, hello there"], Sampling(), 24, 0,
+                       singles=2, calibration=1)
+    sides = result["sides"]
+    assert {"target-only", "hedgespec (time)", "hedgespec (MAT)"} <= set(sides) and len(sides) == 5
+    assert all(s["identical"] == 2 for s in sides.values())
+    calibration = result["calibration"]["same-model"]
+    assert calibration["best_k"] == max(calibration["per_k"], key=lambda k: calibration["per_k"][k]["predicted_tokens_per_s"])
+    assert calibration["per_k"][4]["mat"] > calibration["per_k"][1]["mat"]  # the target's own weights accept all K
+    assert "same-model@" in " ".join(sides)  # the drafter that accepts everything is among the fastest singles
+    json.dumps(result)
+    assert "| target-only |" in speed.table(result)
 
 
 def test_overhead_breakdown_accounts_for_the_round():

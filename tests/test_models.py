@@ -57,7 +57,7 @@ def test_smollm2_conversion_matches_the_gguf(tmp_path):
 @pytest.mark.slow
 def test_smollm2_speculative_greedy_is_byte_identical():
     smollm2.prepare(cache_dir())
-    engine = Engine(EngineConfig(target=TargetConfig(model="smollm2")))
+    engine = Engine(EngineConfig(target=TargetConfig(model="smollm2", dtype="float32")))  # byte-identity is a float32 promise
     prompts = ["Summarize: the cat sat on the mat because the mat was warm and the cat was cold.",
                "What is the boiling point of water?",
                "Rewrite in capitals: speculative decoding is lossless."]

@@ -109,6 +109,9 @@ BAD = [
     ({"model": MODEL, "prompt": "hi", "logprobs": 3}, 400, "logprobs"),
     ({"model": MODEL, "prompt": "hi", "temperature": -1}, 400, "temperature"),
     ({"model": MODEL, "prompt": ["a", "b"]}, 400, "one prompt"),
+    ({"model": MODEL, "prompt": "hi", "speculation": {"drafter": "nobody"}}, 400, "speculation.drafter"),
+    ({"model": MODEL, "prompt": "hi", "speculation": {"k": 99}}, 400, "speculation.k"),
+    ({"model": MODEL, "prompt": "hi", "speculation": {"objective": "fast"}}, 400, "objective"),
 ]
 
 
@@ -118,6 +121,22 @@ def test_bad_input_gets_a_clear_4xx(server, body, status, message):
     response = server.post("/v1/completions", **kwargs)
     assert response.status_code == status
     assert message in response.json()["error"]["message"]
+
+
+def test_a_request_can_pin_its_drafter_k_and_objective(server, reference):
+    """The `speculation` extension: a pinned drafter drafts every round, at most k tokens; the
+    paper's MAT objective chooses among drafters; the text stays the target's greedy text."""
+    prompt = PROMPTS[0]
+    pinned = server.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 40, "temperature": 0,
+                                                  "speculation": {"drafter": "same-model", "k": 2}}).json()
+    assert pinned["choices"][0]["text"] == reference[(prompt, False)]
+    stats = pinned["hedgespec"]
+    assert set(stats["rounds_by_drafter"]) == {"same-model"} and stats["drafted"] <= 2 * stats["rounds"]
+    assert stats["mat"] > 2.5  # the target's own weights: k = 2 drafts accepted nearly every round
+    paper = server.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 40, "temperature": 0,
+                                                 "speculation": {"objective": "eal"}}).json()
+    assert paper["choices"][0]["text"] == reference[(prompt, False)] and "none" not in paper["hedgespec"]["rounds_by_drafter"]
+    assert wait_for_no_state(server)["in_flight"] == 0
 
 
 def test_bad_chat_input(server):

@@ -124,9 +124,12 @@ def run(engine: Engine, prompts: list[str], sampling: Sampling, max_tokens: int,
                                "scoring_beside": 1e3 * t["scoring_beside_s"] / rounds}}
     singles_run = [label for label in totals if "@" in label]
     best_single = max(singles_run, key=lambda label: totals[label]["tokens_per_s"]) if singles_run else None
-    return {"target": engine.config.target.model, "dtype": engine.dtype, "drafters": [d.name for d in engine.drafters],
+    names = [d.name for d in engine.drafters]
+    learned = {label: {"costs": side.costs.snapshot(), "depth_factors": side.calibration.snapshot(names)}
+               for label, (side, _) in runners.items() if "(" in label}
+    return {"target": engine.config.target.model, "dtype": engine.dtype, "drafters": names,
             "k": engine.config.k, "temperature": sampling.temperature, "max_tokens": max_tokens, "prompts": len(prompts),
-            "calibration": calibrated, "best_single": best_single, "sides": totals}
+            "calibration": calibrated, "best_single": best_single, "sides": totals, "learned": learned}
 
 
 def table(result: dict) -> str:
@@ -155,6 +158,11 @@ def main(engine: Engine, sampling: Sampling, max_tokens: int, seed: int, prompts
             print(f"  {name:22s} K={c['best_k']}  MAT {best['mat']:.2f}  {best['predicted_tokens_per_s']:.1f} tokens/s")
     sides_ = result["sides"]
     spec = [label for label in sides_ if "(time)" in label][0]
+    print(f"\n{spec}: what it measured (ms) {result['learned'][spec]['costs']}")
+    print("depth factors of the scores (real / scored acceptance per depth, from the rounds each drafter played):")
+    for name, row in result["learned"][spec]["depth_factors"].items():
+        if row["rounds"]:
+            print(f"  {name:22s} {row['rounds']:5.0f} rounds  " + " ".join(f"{f:.2f}" for f in row["factors"]))
     if result["best_single"]:
         print(f"\n{spec} / best single drafter ({result['best_single']}): "
               f"{sides_[spec]['tokens_per_s'] / sides_[result['best_single']]['tokens_per_s']:.2f}x")

@@ -164,6 +164,16 @@ class DatastoreDrafter:
 
     def observe(self, request_id: str, verified: Verified) -> Observation:
         history = self.requests[request_id]
+        if history.sampling.greedy:  # point masses: the most frequent continuation, no rows
+            proposals = []
+            for token in verified.tokens:
+                found = self.store.continuations(history.tokens, self.min_ngram, self.max_ngram)
+                # the lowest id among the most frequent, as the argmax of the processed row takes it
+                proposals.append(-1 if found is None else int(found[0][np.argmax(found[1])]))
+                history.tokens.append(token)
+            history.known = False
+            tokens = torch.tensor(proposals)
+            return Observation(None, tokens >= 0, tokens)
         probs = torch.zeros(len(verified.tokens), self.vocab)
         awake = torch.zeros(len(verified.tokens), dtype=torch.bool)
         for i, token in enumerate(verified.tokens):

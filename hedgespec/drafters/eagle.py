@@ -153,10 +153,14 @@ class EagleStack:
                 # committed token i was predicted from the state before it: `feature` for the first
                 # one, then the outputs of the entries just fed (the last predicts the next round)
                 before = outputs[:, :-1] if not had_feature else torch.cat([request.feature[:, None], outputs[:, :-1]], 1)
-                rows = self._rows(before, request.sampling)
+                if request.sampling.greedy:  # point masses: each head's argmax token, no rows
+                    rows = self.frozen.vocab[self.output(before).argmax(-1)]
+                else:
+                    rows = self._rows(before, request.sampling)
                 awake = torch.ones(len(verified.tokens), dtype=torch.bool)
                 if not had_feature:  # a one-token prompt: no target state predicted the first token
-                    rows = torch.cat([torch.zeros(rows.shape[0], 1, rows.shape[2]), rows], 1)
+                    empty = torch.full((rows.shape[0], 1), -1) if request.sampling.greedy else torch.zeros(rows.shape[0], 1, rows.shape[2])
+                    rows = torch.cat([empty, rows], 1)
                     awake[0] = False
                 request.feature = outputs[:, -1]
                 request.results[request.fed] = (rows, awake)
@@ -165,7 +169,10 @@ class EagleStack:
             request.observed[member] = round_index + 1
             if min(request.observed.values()) > round_index:  # every member has its row: drop the round
                 del request.results[round_index]
-            return Observation(rows[member - request.members.start], awake.clone())
+            row = rows[member - request.members.start]
+            if request.sampling.greedy:
+                return Observation(None, awake.clone(), row)
+            return Observation(row, awake.clone())
 
     def release(self, request_id: str, member: int) -> None:
         with self.lock:

@@ -56,6 +56,19 @@ def rope(x: Tensor, positions: Tensor, theta: float) -> Tensor:
     return x * cos + rotated * sin
 
 
+def attend(q: Tensor, k: Tensor, v: Tensor, positions: Tensor, past: KV | None, theta: float) -> tuple[Tensor, KV]:
+    """Rotary attention of new queries [B, heads, T, d] over the cached keys and the new ones, causal
+    and aligned to the end (query t sees every cached key and the new keys up to itself); returns
+    the attended values and the grown cache."""
+    length = q.shape[2]
+    q, k = rope(q, positions, theta), rope(k, positions, theta)
+    if past is not None:
+        k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+    total = k.shape[2]
+    mask = None if length == 1 else torch.arange(total) <= torch.arange(total - length, total)[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), (k, v)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, spec: HeadSpec):
         super().__init__()
@@ -79,16 +92,10 @@ class DecoderLayer(nn.Module):
         q = self.q(h).view(batch, length, spec.heads, spec.head_dim).transpose(1, 2)
         k = self.k(h).view(batch, length, spec.kv_heads, spec.head_dim).transpose(1, 2)
         v = self.v(h).view(batch, length, spec.kv_heads, spec.head_dim).transpose(1, 2)
-        q, k = rope(q, positions, spec.rope_theta), rope(k, positions, spec.rope_theta)
-        if past is not None:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        total = k.shape[2]
-        # causal, aligned to the end: query t sees every cached key and the new keys up to itself
-        mask = None if length == 1 else torch.arange(total) <= torch.arange(total - length, total)[:, None]
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        attended, cache = attend(q, k, v, positions, past, spec.rope_theta)
         x = x + self.o(attended.transpose(1, 2).reshape(batch, length, -1))
         h = self.mlp_norm(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h)), (k, v)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h)), cache
 
 
 class FeatureHead(nn.Module):

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hedgespec.drafters.feature_head import KV, FeatureHead, rope
+from hedgespec.drafters.feature_head import KV, FeatureHead, attend
 
 LINEARS = ("fc", "q", "k", "v", "o", "gate", "up", "down")
 
@@ -80,13 +80,8 @@ class StackedHeads:
         q = self._each("q", h, members).view(n, length, spec.heads, spec.head_dim).transpose(1, 2)
         k = self._each("k", h, members).view(n, length, spec.kv_heads, spec.head_dim).transpose(1, 2)
         v = self._each("v", h, members).view(n, length, spec.kv_heads, spec.head_dim).transpose(1, 2)
-        q, k = rope(q, positions, spec.rope_theta), rope(k, positions, spec.rope_theta)
-        if past is not None:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        total = k.shape[2]
-        mask = None if length == 1 else torch.arange(total) <= torch.arange(total - length, total)[:, None]
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        attended, cache = attend(q, k, v, positions, past, spec.rope_theta)
         x = x + self._each("o", attended.transpose(1, 2).reshape(n, length, -1), members)
         h = self._norm(x, "mlp_norm", members)
         x = x + self._each("down", F.silu(self._each("gate", h, members)) * self._each("up", h, members), members)
-        return self._norm(x, "norm", members), (k, v)
+        return self._norm(x, "norm", members), cache

@@ -74,15 +74,13 @@ class PromptLookupDrafter:
 
     def observe(self, request_id: str, verified: Verified) -> Observation:
         history = self.requests[request_id]
-        probs = torch.zeros(len(verified.tokens), self.vocab)
-        awake = torch.zeros(len(verified.tokens), dtype=torch.bool)
-        for i, token in enumerate(verified.tokens):
+        proposals = []
+        for token in verified.tokens:
             proposed = self._match(history.tokens, history.follows)
-            if proposed is not None:
-                probs[i, proposed] = 1.0
-                awake[i] = True
+            proposals.append(-1 if proposed is None else proposed)
             self._append(history.tokens, history.follows, token)
-        return Observation(probs, awake)
+        tokens = torch.tensor(proposals)
+        return Observation(None, tokens >= 0, tokens)
 
     def release(self, request_id: str) -> None:
         self.requests.pop(request_id, None)

@@ -131,7 +131,9 @@ def test_a_request_can_pin_its_drafter_k_and_objective(server, reference):
                                                   "speculation": {"drafter": "same-model", "k": 2}}).json()
     assert pinned["choices"][0]["text"] == reference[(prompt, False)]
     stats = pinned["hedgespec"]
-    assert set(stats["rounds_by_drafter"]) == {"same-model"} and stats["drafted"] <= 2 * stats["rounds"]
+    # every round drafts with the pinned drafter but a last one whose budget leaves no room for a draft
+    assert set(stats["rounds_by_drafter"]) <= {"same-model", "none"} and stats["rounds_by_drafter"].get("none", 0) <= 1
+    assert stats["drafted"] <= 2 * stats["rounds"]
     assert stats["mat"] > 2.5  # the target's own weights: k = 2 drafts accepted nearly every round
     paper = server.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 40, "temperature": 0,
                                                  "speculation": {"objective": "eal"}}).json()

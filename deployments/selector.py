@@ -1,5 +1,6 @@
 """The Selector deployment: per-request learner state (NormalHedge behind the delayed-feedback
-queue by default), fed each round's feedback, answering with the drafter for a coming round."""
+queue by default), fed each round's feedback, answering with the arm for a coming round (a drafter
+and its k, or the plain step, under the time objective; a drafter under the MAT objectives)."""
 import numpy as np
 from ray import serve
 

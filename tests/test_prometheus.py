@@ -167,7 +167,7 @@ def test_metrics_agree_with_the_responses(prometheus, traffic):
         assert p.total("ray_hedgespec_generation_tokens_total") == sum(a["usage"]["completion_tokens"] for a in traffic)
         assert p.total("ray_hedgespec_prompt_tokens_total") == sum(a["usage"]["prompt_tokens"] for a in traffic)
         weights = p.by("drafter", "ray_hedgespec_selector_weight")
-        assert set(weights) == set(DRAFTERS) and all(0 <= w <= 1 for w in weights.values())
+        assert set(weights) == set(DRAFTERS) | {"none"} and all(0 <= w <= 1 for w in weights.values())  # none: the plain step
         assert sum(weights.values()) == pytest.approx(1)
     eventually(agree)
 

@@ -1,5 +1,6 @@
 """`serve run serve_config.yaml` entry point: the application graph built from the typed config."""
 from ray.serve import Application
+from ray.serve.config import BackpressureConfig
 
 from deployments.drafter_group import DrafterGroup
 from deployments.ingress import Ingress
@@ -29,4 +30,9 @@ def build_app(args: dict) -> Application:
     # the selector's indices follow the groups' order, as the ingress's pool does
     selector = SelectorDeployment.options(ray_actor_options=small).bind(
         engine.selector.model_dump(), [n for group in names for n in group], engine.k)
-    return Ingress.options(ray_actor_options=small).bind(config.model_dump(), target, groups, selector, names)
+    limits = config.limits
+    # Serve's own queue in front of the ingress: beyond it a 503 with Retry-After, before any work is done
+    ingress = Ingress.options(ray_actor_options=small, max_ongoing_requests=limits.max_ongoing_requests,
+                              max_queued_requests=limits.max_queued_requests,
+                              backpressure_config=BackpressureConfig(status_code=503, retry_after_s=limits.retry_after_s))
+    return ingress.bind(config.model_dump(), target, groups, selector, names)

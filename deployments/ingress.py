@@ -3,20 +3,27 @@
 Each request's loop runs in a worker thread over the handle adapters (adapters.py); text deltas
 come back to the event loop for server-sent events. A client that goes away sets the request's
 cancel flag: the loop stops at its next round and frees the request's state in every deployment.
+The door (access.py: the API key and the body size) and the per-key limit come before any work;
+a failure inside reaches the client as a 503 (the target is down) or a 500 that names only the
+request id, under which the log holds the traceback.
 """
 import asyncio
 import json
+import logging
 import random
 import threading
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from ray import serve
 
 from deployments import openai_api as api
-from deployments.adapters import RemotePool, RemoteSelector, RemoteTarget
+from deployments.access import Door, api_key
+from deployments.adapters import RemotePool, RemoteSelector, RemoteTarget, Unavailable
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
 from hedgespec.arms import RoundCosts
@@ -28,19 +35,40 @@ from hedgespec.models import loading
 from hedgespec.sampling import Sampling
 from hedgespec.text import TextStream, encode_prompt
 
-MAX_CONCURRENT = 32
+STATS_TIMEOUT_S = 5.0
+logger = logging.getLogger("ray.serve")
 app = FastAPI(title="HedgeSpec Serve")
+app.add_middleware(Door)
 
 
 @app.exception_handler(api.APIError)
 async def _api_error(request: Request, error: api.APIError):
-    return JSONResponse(error.body(), status_code=error.status)
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+@app.exception_handler(Exception)
+async def _internal_error(request: Request, error: Exception):
+    incident = uuid.uuid4().hex
+    logger.error("unhandled error %s on %s", incident, request.url.path, exc_info=error)
+    return JSONResponse(api.APIError(500, f"internal error (incident {incident})").body(), status_code=500)
+
+
+def _openapi() -> dict:
+    """FastAPI's schema, with the component schemas that the request bodies refer to."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version="1.0", routes=app.routes)
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(api.definitions())
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+app.openapi = _openapi
 
 
 class _Job:
     def __init__(self, request_id, response_id, tokens, text, max_tokens, sampling, seed, stop, speculate,
-                 selector: SelectorConfig, k: int):
-        self.request_id, self.response_id = request_id, response_id
+                 selector: SelectorConfig, k: int, caller: str):
+        self.request_id, self.response_id, self.caller = request_id, response_id, caller
         self.tokens, self.text, self.max_tokens = tokens, text, max_tokens
         self.sampling, self.seed, self.stop, self.speculate = sampling, seed, list(stop or []), speculate
         self.selector, self.k = selector, k  # the server's, or what the request's `speculation` asked for
@@ -55,22 +83,34 @@ def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload)}\n\n"
 
 
-@serve.deployment(name="Ingress", max_ongoing_requests=MAX_CONCURRENT)
+async def _ask(method):
+    """A deployment's answer to a /stats question, or "unavailable" where it gives none in time."""
+    try:
+        return await asyncio.wait_for(method.remote(), STATS_TIMEOUT_S)
+    except Exception:
+        return "unavailable"
+
+
+@serve.deployment(name="Ingress")
 @serve.ingress(app)
 class Ingress:
     def __init__(self, args: dict, target, groups: list, selector, group_drafters: list[list[str]]):
         self.config = ServeConfig.model_validate(args)
+        limits = self.config.limits
+        app.state.door = {"key": api_key(self.config.api_key_env), "max_body_bytes": limits.max_body_bytes}
         model = self.config.engine.target.model
         self.tokenizer = loading.load_tokenizer(model)
         self.eos_ids = loading.eos_ids(model)
         self.context = loading.context_length(model)
         self.target, self.selector = target, selector
         self.groups = list(zip(groups, group_drafters))
-        self.loops = ThreadPoolExecutor(MAX_CONCURRENT, thread_name_prefix="decode")
+        self.loops = ThreadPoolExecutor(limits.max_ongoing_requests, thread_name_prefix="decode")
         # evaluations and learner steps wait here; separate from the loops so they can never starve them
-        self.background = ThreadPoolExecutor(4 * MAX_CONCURRENT, thread_name_prefix="background")
+        self.background = ThreadPoolExecutor(4 * limits.max_ongoing_requests, thread_name_prefix="background")
         self.in_flight: dict[str, threading.Event] = {}
+        self.per_caller: Counter = Counter()  # requests in flight per API key (or client address)
         self.cancelled = 0  # requests whose client went away before the end
+        self.recovered = Counter()  # requests rebuilt on a drafter group or selector after a failure
         self.metrics = Recorder(*INGRESS_METRICS)
         self.live = LiveStats([d.name for d in self.config.engine.drafters])
         # what rounds cost as this replica's decode loops see them (remote hops included): the time
@@ -89,12 +129,14 @@ class Ingress:
 
     @app.get("/stats")
     async def stats(self):
-        """Per-request state held anywhere in the app: all zeros once requests have ended."""
+        """Per-request state held anywhere in the app: all zeros once requests have ended (a
+        deployment that does not answer shows as "unavailable")."""
         groups = {}
         for handle, names in self.groups:
-            groups["+".join(names)] = await handle.active.remote()
-        return {"in_flight": len(self.in_flight), "cancelled": self.cancelled, "target": await self.target.active.remote(),
-                "selector": await self.selector.active.remote() if self.groups else 0, "groups": groups}
+            groups["+".join(names)] = await _ask(handle.active)
+        return {"in_flight": len(self.in_flight), "cancelled": self.cancelled, "recovered": dict(self.recovered),
+                "target": await _ask(self.target.active),
+                "selector": await _ask(self.selector.active) if self.groups else 0, "groups": groups}
 
     @app.get("/dashboard", response_class=HTMLResponse)
     async def dashboard(self):
@@ -104,11 +146,11 @@ class Ingress:
     async def dashboard_data(self):
         return self.live.snapshot(await self.selector.weights.remote() if self.groups else {})
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=api.schema(api.CompletionBody))
     async def completions(self, request: Request):
         return await self._serve(request, chat=False)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=api.schema(api.ChatBody))
     async def chat_completions(self, request: Request):
         return await self._serve(request, chat=True)
 
@@ -116,34 +158,56 @@ class Ingress:
         self.metrics.count("hedgespec_requests", endpoint="chat" if chat else "completions")
         try:
             body, job = await self._accept(request, chat)
+            self._admit(job)
         except api.APIError as error:
             self.metrics.count("hedgespec_request_errors", kind=error_kind(error.status, error.code))
             raise
         if body.stream:
-            return StreamingResponse(self._events(job, chat, body), media_type="text/event-stream")
+            return self._stream(job, chat, body)
         generation = await self._run(job, request)
         return api.response(chat, job.response_id, body.model, generation.text, generation.finish_reason,
                             api.usage(len(job.tokens), len(generation.tokens)), generation.stats())
 
+    def _admit(self, job: _Job) -> None:
+        """Takes one of the caller's slots; `_generate` gives it back however the request ends."""
+        limits = self.config.limits
+        if self.per_caller[job.caller] >= limits.max_concurrent_per_key:
+            raise api.APIError(429, f"too many concurrent requests for this API key (at most "
+                                    f"{limits.max_concurrent_per_key}); retry later", None, "rate_limit_exceeded",
+                               limits.retry_after_s)
+        self.per_caller[job.caller] += 1
+
     async def _accept(self, request: Request, chat: bool) -> tuple:
         """The validated body and the job it asks for; an APIError for bad input."""
         try:
-            payload = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            payload = json.loads(await request.body())
+        except (ValueError, RecursionError):  # malformed, not UTF-8, nested too deep, or an integer too long
             raise api.APIError(400, "the request body is not valid JSON") from None
         body = api.parse(api.ChatBody if chat else api.CompletionBody, payload)
         if body.model != self.config.model_name:
             raise api.APIError(404, f"model {body.model!r} does not exist; this server serves "
                                     f"{self.config.model_name!r}", "model", "model_not_found")
+        stops = self._stops(body.stops)
         prompt = [m.model_dump(exclude_none=True) for m in body.messages] if chat else body.prompt
         tokens = encode_prompt(self.tokenizer, prompt, chat)
         max_tokens = self._budget(tokens, body.limit if chat else body.max_tokens)
         text = "\n".join(m["content"] for m in prompt) if chat else prompt
         selector, k = self._speculation(body.speculation)
+        seed = body.decode_seed if body.seed is not None else random.getrandbits(31)
+        caller = request.scope.get("hedgespec.api_key") or (request.client.host if request.client else "")
         return body, _Job(uuid.uuid4().hex, api.completion_id(chat), tokens, text, max_tokens,
-                          Sampling(body.temperature, body.top_k, body.top_p),
-                          body.seed if body.seed is not None else random.getrandbits(31), body.stop, body.speculate,
-                          selector, k)
+                          Sampling(body.decode_temperature, body.top_k, body.top_p), seed, stops, body.speculate,
+                          selector, k, caller)
+
+    def _stops(self, stops: list[str]) -> list[str]:
+        limits = self.config.limits
+        if len(stops) > limits.max_stop_sequences:
+            raise api.APIError(400, f"stop: at most {limits.max_stop_sequences} strings", "stop")
+        if any(not s for s in stops):
+            raise api.APIError(400, "stop: the strings must not be empty", "stop")
+        if any(len(s) > limits.max_stop_chars for s in stops):
+            raise api.APIError(400, f"stop: each string has at most {limits.max_stop_chars} characters", "stop")
+        return stops
 
     def _speculation(self, asked: api.Speculation | None) -> tuple[SelectorConfig, int]:
         """The selector and K of a request: the server's, with the request's `speculation` applied."""
@@ -166,17 +230,17 @@ class Ingress:
         return selector, k
 
     def _budget(self, tokens: list[int], asked: int | None) -> int:
-        limit, k = self.config.max_tokens_limit, self.config.engine.k
-        if len(tokens) > self.config.max_prompt_tokens:
-            raise api.APIError(400, f"the prompt has {len(tokens)} tokens; this server takes at most "
-                                    f"{self.config.max_prompt_tokens}", "prompt", "context_length_exceeded")
+        limit, k = self.config.limits.max_tokens, self.config.engine.k
+        if len(tokens) > self.config.limits.max_prompt_tokens:
+            raise api.APIError(400, f"prompt: {len(tokens)} tokens; this server takes at most "
+                                    f"{self.config.limits.max_prompt_tokens}", "prompt", "context_length_exceeded")
         room = self.context - len(tokens) - k - 1  # a round may hold K drafts beyond the last kept token
         if asked is None:
             asked = min(limit, room)
         if asked > limit:
-            raise api.APIError(400, f"max_tokens={asked} is above this server's limit of {limit}", "max_tokens")
+            raise api.APIError(400, f"max_tokens: {asked} is above this server's limit of {limit}", "max_tokens")
         if asked > room or room < 1:
-            raise api.APIError(400, f"the prompt ({len(tokens)} tokens) plus max_tokens={asked} does not fit the "
+            raise api.APIError(400, f"max_tokens: the prompt ({len(tokens)} tokens) plus {asked} does not fit the "
                                     f"model's context of {self.context}", "max_tokens", "context_length_exceeded")
         return asked
 
@@ -195,8 +259,12 @@ class Ingress:
             self.cancelled += 1
             self.metrics.count("hedgespec_request_errors", kind="client_closed")
             raise
+        except Unavailable:
+            self.metrics.count("hedgespec_request_errors", kind="unavailable")
+            raise
         except Exception:
             self.metrics.count("hedgespec_request_errors", kind="generation_failed")
+            logger.exception("request %s failed", rid)
             raise
         finally:
             try:
@@ -204,6 +272,13 @@ class Ingress:
                     selector.end()
             finally:
                 self.in_flight.pop(rid, None)
+                self.per_caller[job.caller] -= 1
+                if self.per_caller[job.caller] <= 0:
+                    del self.per_caller[job.caller]
+                if pool and pool.rebuilds:
+                    self.recovered["groups"] += pool.rebuilds
+                if selector and selector.recoveries:
+                    self.recovered["selector"] += selector.recoveries
         record_generation(self.metrics, generation, len(job.tokens))
         self.live.record(job.response_id, generation)
         return generation
@@ -216,17 +291,29 @@ class Ingress:
                 job.cancel.set()
         try:
             return future.result()
-        except Cancelled:
-            raise api.APIError(499, "the client closed the request") from None
         except Exception as error:
-            raise api.APIError(500, f"generation failed: {error}") from None
+            raise self._failure(job, error) from None
 
-    async def _events(self, job: _Job, chat: bool, body):
+    def _failure(self, job: _Job, error: Exception) -> api.APIError:
+        """What the client is told about a request that failed inside (the log has the rest)."""
+        if isinstance(error, Cancelled):
+            return api.APIError(499, "the client closed the request")
+        if isinstance(error, Unavailable):
+            return api.APIError(503, "the model is restarting; retry the request", None, "unavailable",
+                                self.config.limits.retry_after_s)
+        return api.APIError(500, f"internal error (request {job.request_id})")
+
+    def _stream(self, job: _Job, chat: bool, body) -> StreamingResponse:
+        """Starts the loop now (so that it ends, and frees the caller's slot, even if the client is
+        gone before the first byte) and streams its text as server-sent events."""
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue = asyncio.Queue()
         on_text = lambda delta: loop.call_soon_threadsafe(deltas.put_nowait, delta)  # noqa: E731
         future = loop.run_in_executor(self.loops, self._generate, job, on_text)
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(deltas.put_nowait, None))
+        return StreamingResponse(self._events(job, chat, body, future, deltas), media_type="text/event-stream")
+
+    async def _events(self, job: _Job, chat: bool, body, future, deltas: asyncio.Queue):
         rid = job.response_id
         try:
             if chat:
@@ -236,7 +323,8 @@ class Ingress:
             try:
                 generation = future.result()
             except Exception as error:
-                yield _sse(api.APIError(500, f"generation failed: {error}").body())
+                failure = self._failure(job, error)
+                yield _sse(failure.body() | {"status": failure.status})
                 return
             extra = {"hedgespec": generation.stats()}
             if body.include_usage:

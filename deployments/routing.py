@@ -3,7 +3,9 @@
 A drafter keeps per-request state (its KV cache, its n-gram index), so every call of a request must
 reach the replica that ran its `begin`. The ingress tags each call with the request id as the
 multiplexed model id; this router sends a request's first call to the least-loaded replica,
-remembers where it went, and pins every later call there until `release`.
+remembers where it went, and pins every later call there until `release`. A replica that dies
+takes its pins with it: the ingress rebuilds such a request under a new id (adapters.py), and a
+late call under the old id goes wherever the router would send a new one, to fail there visibly.
 """
 from ray.serve.request_router import MultiplexMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
@@ -19,17 +21,28 @@ class RequestAffinityRouter(MultiplexMixin, RequestRouter):
         owner = self.owner.get(request_id)
         if owner is not None:
             pinned = [r for r in candidate_replicas if r.replica_id == owner]
-            # the owner is gone (it died): its state went with it, let the call fail there visibly
-            return [pinned or candidate_replicas]
+            if pinned:
+                return [pinned]
+            self._unpin(request_id)
         return [[min(candidate_replicas, key=lambda r: self.load.get(r.replica_id, 0))]]
+
+    def _unpin(self, request_id: str) -> None:
+        replica_id = self.owner.pop(request_id, None)
+        if replica_id is not None:
+            self.load[replica_id] = self.load.get(replica_id, 1) - 1
+
+    def on_replica_actor_died(self, replica_id: ReplicaID):
+        super().on_replica_actor_died(replica_id)
+        for request_id in [r for r, owner in self.owner.items() if owner == replica_id]:
+            self._unpin(request_id)
+        self.load.pop(replica_id, None)
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result) -> None:
         request_id = pending_request.metadata.multiplexed_model_id
         if not request_id:
             return
         if pending_request.metadata.call_method == "release":
-            if self.owner.pop(request_id, None) is not None:
-                self.load[replica_id] = self.load.get(replica_id, 1) - 1
+            self._unpin(request_id)
         elif request_id not in self.owner:
             self.owner[request_id] = replica_id
             self.load[replica_id] = self.load.get(replica_id, 0) + 1

@@ -142,13 +142,31 @@ class GroupConfig(Strict):
     resources: CustomResources = Field(default_factory=dict, description="custom Ray resources per replica")
 
 
+class LimitsConfig(Strict):
+    """What one request, one API key and the whole app may ask of the server. Each breach gets a
+    clear error: 400 (prompt, max_tokens, stop), 413 (body), 429 (per key), 503 (queue), the last two
+    with Retry-After."""
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="request body size, in bytes")
+    max_prompt_tokens: int = Field(4096, ge=1)
+    max_tokens: int = Field(2048, ge=1, description="largest max_tokens a request may ask for")
+    max_stop_sequences: int = Field(4, ge=0, le=64)
+    max_stop_chars: int = Field(256, ge=1, description="longest stop string, in characters")
+    max_concurrent_per_key: int = Field(16, ge=1, description="requests in flight per API key (per client "
+                                                              "address where no key is set), per ingress replica")
+    max_ongoing_requests: int = Field(32, ge=1, description="requests the ingress decodes at once")
+    max_queued_requests: int = Field(64, ge=0, description="requests that may wait for a decode slot; beyond: 503")
+    retry_after_s: int = Field(1, ge=1, description="the Retry-After of a 429 or 503")
+
+
 class ServeConfig(Strict):
     """The `args` of the Ray Serve application (serve_config.yaml)."""
     engine: EngineConfig = EngineConfig()
     groups: list[GroupConfig] = Field(default_factory=list, description="default: one group with every drafter")
     model_name: str = Field("hedgespec", min_length=1, description="the OpenAI `model` id the server answers to")
-    max_prompt_tokens: int = Field(4096, ge=1)
-    max_tokens_limit: int = Field(2048, ge=1, description="largest max_tokens a request may ask for")
+    limits: LimitsConfig = LimitsConfig()
+    api_key_env: str | None = Field("HEDGESPEC_API_KEY", min_length=1, description=(
+        "the environment variable holding the API key that every route but /health requires (Authorization: "
+        "Bearer KEY); unset or empty: no key. The key never sits in the config, so it never reaches a log"))
     target_num_cpus: float = Field(0.5, ge=0)
     target_num_gpus: float = Field(0.0, ge=0)
     target_resources: CustomResources = Field(default_factory=dict, description="custom Ray resources of the target")

@@ -1,9 +1,9 @@
 """The door of the HTTP app: the API key and the size of a request body, checked before any route runs.
 
 A pure ASGI middleware, so that streamed responses and disconnects pass through untouched. Its
-settings sit in `app.state.door` (set by the Ingress from the typed config): `key` (None: open)
-and `max_body_bytes`. The key is compared in constant time and never logged; the caller's key is
-handed to the routes in the scope, for the per-key limit.
+settings sit in `app.state.door` (set by the Ingress from the typed config): `keys` (empty: open)
+and `max_body_bytes`. Keys are compared in constant time and never logged; a digest of the
+caller's key is handed to the routes in the scope, for the per-key limit.
 """
 import hashlib
 import hmac
@@ -13,10 +13,11 @@ import os
 OPEN_PATHS = {"/health"}
 
 
-def api_key(variable: str | None) -> bytes | None:
-    """The API key from the named environment variable; None where it is unset or empty."""
+def api_keys(variable: str | None) -> list[bytes]:
+    """The API keys in the named environment variable, comma-separated (several: rotation, or one
+    per client); none where it is unset or empty."""
     value = os.environ.get(variable, "") if variable else ""
-    return value.encode() if value else None
+    return [key.strip().encode() for key in value.split(",") if key.strip()]
 
 
 class Door:
@@ -28,9 +29,11 @@ class Door:
             return await self.app(scope, receive, send)
         door = scope["app"].state.door
         headers = dict(scope["headers"])
-        if door["key"] is not None and scope["path"] not in OPEN_PATHS:
+        if door["keys"] and scope["path"] not in OPEN_PATHS:
             presented = _bearer(headers.get(b"authorization", b""))
-            if presented is None or not hmac.compare_digest(presented, door["key"]):
+            # every key compared, in constant time each: the time taken tells nothing about which one is near
+            matches = [hmac.compare_digest(presented or b"", key) for key in door["keys"]]
+            if presented is None or not any(matches):
                 return await _reject(send, 401, "a valid API key is required (Authorization: Bearer KEY)",
                                      "invalid_api_key", {b"www-authenticate": b"Bearer"})
             scope["hedgespec.api_key"] = hashlib.sha256(presented).hexdigest()[:16]  # the per-key limit's bucket

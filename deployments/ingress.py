@@ -8,6 +8,7 @@ a failure inside reaches the client as a 503 (the target is down) or a 500 that 
 request id, under which the log holds the traceback.
 """
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -22,7 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from ray import serve
 
 from deployments import openai_api as api
-from deployments.access import Door, api_key
+from deployments.access import Door, api_keys
 from deployments.adapters import RemotePool, RemoteSelector, RemoteTarget, Unavailable
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
@@ -53,16 +54,17 @@ async def _internal_error(request: Request, error: Exception):
     return JSONResponse(api.APIError(500, f"internal error (incident {incident})").body(), status_code=500)
 
 
-def _openapi() -> dict:
-    """FastAPI's schema, with the component schemas that the request bodies refer to."""
-    if app.openapi_schema is None:
-        schema = get_openapi(title=app.title, version="1.0", routes=app.routes)
+def _openapi(served: FastAPI, model_name: str) -> dict:
+    """FastAPI's schema, with the component schemas that the request bodies refer to and the one
+    `model` this server answers to."""
+    if served.openapi_schema is None:
+        schema = get_openapi(title=served.title, version="1.0", routes=served.routes)
         schema.setdefault("components", {}).setdefault("schemas", {}).update(api.definitions())
-        app.openapi_schema = schema
-    return app.openapi_schema
-
-
-app.openapi = _openapi
+        for path in ("/v1/completions", "/v1/chat/completions"):
+            body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+            body["properties"]["model"]["enum"] = [model_name]
+        served.openapi_schema = schema
+    return served.openapi_schema
 
 
 class _Job:
@@ -97,7 +99,8 @@ class Ingress:
     def __init__(self, args: dict, target, groups: list, selector, group_drafters: list[list[str]]):
         self.config = ServeConfig.model_validate(args)
         limits = self.config.limits
-        app.state.door = {"key": api_key(self.config.api_key_env), "max_body_bytes": limits.max_body_bytes}
+        app.openapi = functools.partial(_openapi, app, self.config.model_name)
+        app.state.door = {"keys": api_keys(self.config.api_key_env), "max_body_bytes": limits.max_body_bytes}
         model = self.config.engine.target.model
         self.tokenizer = loading.load_tokenizer(model)
         self.eos_ids = loading.eos_ids(model)

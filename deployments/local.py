@@ -19,14 +19,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300, metrics_export_port: int | None = None):
+def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300, metrics_export_port: int | None = None,
+              env: dict[str, str] | None = None):
     """Yields an httpx client on the running app; shuts down only the Ray instance it started.
     With metrics_export_port, Ray serves the app's metrics there for Prometheus, updated every second
-    (Ray's default is every 10 s)."""
+    (Ray's default is every 10 s). `env`: environment variables of every replica (an API key, say),
+    inherited from this process by the Ray instance it starts; not through a runtime_env, whose agent
+    writes its variables into Ray's logs."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance: no token to distribute
     import ray
 
     metrics = {"_metrics_export_port": metrics_export_port, "_system_config": {"metrics_report_interval_ms": 1000}}
+    saved = {name: os.environ.get(name) for name in env or {}}
+    os.environ.update(env or {})
     ray.init(num_cpus=num_cpus, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False,
              **(metrics if metrics_export_port else {}))
     try:
@@ -34,6 +39,8 @@ def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300, metrics_exp
             yield client
     finally:
         ray.shutdown()
+        for name, value in saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
 
 
 @contextlib.contextmanager

@@ -165,8 +165,9 @@ class ServeConfig(Strict):
     model_name: str = Field("hedgespec", min_length=1, description="the OpenAI `model` id the server answers to")
     limits: LimitsConfig = LimitsConfig()
     api_key_env: str | None = Field("HEDGESPEC_API_KEY", min_length=1, description=(
-        "the environment variable holding the API key that every route but /health requires (Authorization: "
-        "Bearer KEY); unset or empty: no key. The key never sits in the config, so it never reaches a log"))
+        "the environment variable holding the API keys (comma-separated) of which every route but /health "
+        "requires one (Authorization: Bearer KEY); unset or empty: open. Keys never sit in the config, so they "
+        "never reach a log"))
     target_num_cpus: float = Field(0.5, ge=0)
     target_num_gpus: float = Field(0.0, ge=0)
     target_resources: CustomResources = Field(default_factory=dict, description="custom Ray resources of the target")

@@ -39,6 +39,7 @@ def process(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
         sorted_probs, order = probs.sort(-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (the first token is always kept)
         drop = sorted_probs.cumsum(-1) - sorted_probs >= sampling.top_p
+        drop[..., 0] = False  # explicitly: a top_p below float32's range rounds to 0, and 0 >= 0
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
         probs = probs / probs.sum(-1, keepdim=True)

@@ -163,3 +163,13 @@ def test_draft_distributions_travel_small_and_exact(tiny_lm):
     wire = compact_draft(draft)
     assert len(pickle.dumps(wire)) < 0.1 * len(pickle.dumps(draft))
     assert torch.equal(expand_draft(wire, 2048).probs, draft.probs)
+
+
+@pytest.mark.parametrize("top_p", [1e-300, 5e-324, 1e-9])
+@pytest.mark.parametrize("temperature", [1e-5, 0.7])
+def test_any_positive_top_p_keeps_the_most_likely_token(temperature, top_p):
+    """A top_p below float32's smallest number (the API accepts any float in (0, 1]) is the most
+    likely token alone, as top_p -> 0 would be; found by fuzzing the HTTP API (it gave NaN rows)."""
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0)) * 5
+    probs = process(logits, Sampling(temperature, top_p=top_p))
+    assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(-1), 50).float())

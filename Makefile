@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install setup serve demo test test-slow
+.PHONY: install setup serve demo test test-faults test-slow
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,10 @@ demo: setup
 
 test: install
 	$(BIN)/pytest -q
+
+# replicas of the real app (tiny models) killed mid-request: about 3 minutes
+test-faults: install
+	$(BIN)/pytest -q -m faults
 
 # real SmolLM2 runs, registry builds, long benchmarks
 test-slow: setup

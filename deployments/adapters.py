@@ -34,6 +34,7 @@ from hedgespec.sampling import Sampling
 RESULT_TIMEOUT_S = 300.0
 TARGET_TIMEOUT_S = 60.0  # a verify waits behind at most every other request's forward
 RETRY_AFTER_S = 1.0  # between attempts to rebuild a request on a failed group or selector
+FIRST_CHOICE_TIMEOUT_S = 2.0  # a request's first round waits this long for the selector, then draws uniformly
 
 
 class Unavailable(Exception):
@@ -177,7 +178,7 @@ class RemotePool:
         if not wait and not _done(group.begun):
             return
         try:
-            group.ready = np.asarray(group.begun.result(timeout_s=RESULT_TIMEOUT_S))
+            group.ready = np.array(group.begun.result(timeout_s=RESULT_TIMEOUT_S), dtype=bool)
             group.state = "up"
         except Exception:
             group.fail(calls)
@@ -224,7 +225,7 @@ class RemotePool:
                 scores, ready = result
                 with self.lock:
                     if round_index > self.ready_round and group.state == "up" and calls is group.calls:
-                        group.ready = np.asarray(ready)
+                        group.ready = np.array(ready, dtype=bool)  # Ray hands arrays over read-only
                 parts.append(scores)
             with self.lock:
                 self.ready_round = max(self.ready_round, round_index)
@@ -287,23 +288,29 @@ class RemoteSelector:
         if self.down_until is not None:
             if time.monotonic() < self.down_until:
                 return self._fallback(awake)
-            self.attempt += 1  # a new learner under a new key: what the lost one learned is gone
-            self.calls = _Calls(self.handle, f"{self.request_id}~{self.attempt}")
-            self.down_until, self.next_choice, self.feedback = None, None, []
-            self.recoveries += 1
-            self.begin(self.prompt_text)
+            self._restart()
         step = self.calls("step", self.feedback, awake)
         self.feedback = []
         try:
-            if self.next_choice is None:  # first round: nothing to lag behind yet
-                self.choice = step.result(timeout_s=RESULT_TIMEOUT_S)
-            elif self.next_choice.done():
+            if self.choice is None and self.next_choice is None:  # the first round waits, briefly
+                self.choice = step.result(timeout_s=FIRST_CHOICE_TIMEOUT_S)
+            elif self.next_choice is not None and self.next_choice.done():
                 self.choice = self.next_choice.result()
+        except TimeoutError:
+            pass  # a busy or restarting selector: this round draws uniformly, the step answers later
         except Exception:
             self.down_until = time.monotonic() + RETRY_AFTER_S
             return self._fallback(awake)
         self.next_choice = self.executor.submit(step.result, timeout_s=RESULT_TIMEOUT_S)
         return self._fallback(awake)
+
+    def _restart(self) -> None:
+        """A new learner under a new key: what the lost one learned is gone."""
+        self.attempt += 1
+        self.calls = _Calls(self.handle, f"{self.request_id}~{self.attempt}")
+        self.down_until, self.next_choice, self.feedback = None, None, []
+        self.recoveries += 1
+        self.begin(self.prompt_text)
 
     def _fallback(self, awake: np.ndarray) -> int:
         """The latest choice where it is awake, else a uniform draw among the awake arms."""

@@ -111,7 +111,7 @@ class Ingress:
         # evaluations and learner steps wait here; separate from the loops so they can never starve them
         self.background = ThreadPoolExecutor(4 * limits.max_ongoing_requests, thread_name_prefix="background")
         self.in_flight: dict[str, threading.Event] = {}
-        self.per_caller: Counter = Counter()  # requests in flight per API key (or client address)
+        self.per_caller: Counter = Counter()  # requests in flight per API key
         self.cancelled = 0  # requests whose client went away before the end
         self.recovered = Counter()  # requests rebuilt on a drafter group or selector after a failure
         self.metrics = Recorder(*INGRESS_METRICS)
@@ -174,6 +174,8 @@ class Ingress:
     def _admit(self, job: _Job) -> None:
         """Takes one of the caller's slots; `_generate` gives it back however the request ends."""
         limits = self.config.limits
+        if job.caller is None:
+            return
         if self.per_caller[job.caller] >= limits.max_concurrent_per_key:
             raise api.APIError(429, f"too many concurrent requests for this API key (at most "
                                     f"{limits.max_concurrent_per_key}); retry later", None, "rate_limit_exceeded",
@@ -197,7 +199,7 @@ class Ingress:
         text = "\n".join(m["content"] for m in prompt) if chat else prompt
         selector, k = self._speculation(body.speculation)
         seed = body.decode_seed if body.seed is not None else random.getrandbits(31)
-        caller = request.scope.get("hedgespec.api_key") or (request.client.host if request.client else "")
+        caller = request.scope.get("hedgespec.api_key")  # None on an open server: only the app's queue bounds it
         return body, _Job(uuid.uuid4().hex, api.completion_id(chat), tokens, text, max_tokens,
                           Sampling(body.decode_temperature, body.top_k, body.top_p), seed, stops, body.speculate,
                           selector, k, caller)
@@ -275,9 +277,10 @@ class Ingress:
                     selector.end()
             finally:
                 self.in_flight.pop(rid, None)
-                self.per_caller[job.caller] -= 1
-                if self.per_caller[job.caller] <= 0:
-                    del self.per_caller[job.caller]
+                if job.caller is not None:
+                    self.per_caller[job.caller] -= 1
+                    if self.per_caller[job.caller] <= 0:
+                        del self.per_caller[job.caller]
                 if pool and pool.rebuilds:
                     self.recovered["groups"] += pool.rebuilds
                 if selector and selector.recoveries:
@@ -288,10 +291,14 @@ class Ingress:
 
     async def _run(self, job: _Job, request: Request) -> Generation:
         future = asyncio.get_running_loop().run_in_executor(self.loops, self._generate, job)
-        while not future.done():
-            await asyncio.wait([future], timeout=0.25)
-            if not future.done() and await request.is_disconnected():
-                job.cancel.set()
+        try:
+            while not future.done():
+                await asyncio.wait([future], timeout=0.25)
+                if not future.done() and await request.is_disconnected():
+                    job.cancel.set()
+        except asyncio.CancelledError:  # Serve cancels the handler when its client disconnects
+            job.cancel.set()
+            raise
         try:
             return future.result()
         except Exception as error:

@@ -40,6 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     _add_singles_args(serve_bench)
     serve_bench.set_defaults(run=_bench_serve)
 
+    load = bench.add_parser("load", help="N concurrent streaming clients against the app for a fixed time")
+    load.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
+    load.add_argument("--clients", type=int, default=32)
+    load.add_argument("--duration", type=float, default=300.0, help="seconds of load")
+    load.add_argument("--max-tokens", type=int, default=32)
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
+    load.add_argument("--mixed", type=int, metavar="N", help="instead: the first N queries of the mixed stream")
+    load.add_argument("--json", help="also write the results to this JSON file")
+    load.set_defaults(run=_bench_load)
+
     sel = bench.add_parser("selectors", help="every selector on the same queries, one run: MAT, tokens/s, regret")
     _add_engine_args(sel)
     _add_sampling_args(sel)
@@ -202,6 +213,12 @@ def _bench_serve(args) -> int:
     from deployments import bench as serve_bench  # Ray lives in deployments/, never in the library
     return serve_bench.main(args.config, _prompts(args.prompts, args.limit, args.mixed, args.seed), args.max_tokens,
                             args.temperature, args.seed, args.json, args.singles, args.calibration)
+
+
+def _bench_load(args) -> int:
+    from deployments import load
+    return load.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), args.clients, args.duration,
+                     args.max_tokens, args.seed, args.json)
 
 
 def _bench_commands():

@@ -151,8 +151,8 @@ class LimitsConfig(Strict):
     max_tokens: int = Field(2048, ge=1, description="largest max_tokens a request may ask for")
     max_stop_sequences: int = Field(4, ge=0, le=64)
     max_stop_chars: int = Field(256, ge=1, description="longest stop string, in characters")
-    max_concurrent_per_key: int = Field(16, ge=1, description="requests in flight per API key (per client "
-                                                              "address where no key is set), per ingress replica")
+    max_concurrent_per_key: int = Field(16, ge=1, description="requests in flight per API key, per ingress replica "
+                                                              "(an open server, without keys, has only the queue)")
     max_ongoing_requests: int = Field(32, ge=1, description="requests the ingress decodes at once")
     max_queued_requests: int = Field(64, ge=0, description="requests that may wait for a decode slot; beyond: 503")
     retry_after_s: int = Field(1, ge=1, description="the Retry-After of a 429 or 503")

@@ -1,0 +1,154 @@
+"""`hedgespec bench load`: N concurrent streaming clients against the app for a fixed time.
+
+Each client sends one request after another, cycling through mixed prompts and temperatures (greedy
+and sampled), and records how each ended: complete (a finish reason and [DONE]), a clear error (an
+HTTP 4xx/5xx or an error event, by kind), or lost (no end at all: a hang past the client timeout
+or a dropped connection). Per run: requests, tokens/s, time to first token and time per output
+token (p50/p99, vLLM's serving-benchmark terms), the resident memory of every replica process
+after warm-up and at the end (read from /proc: the app runs on this machine), and, after the load,
+every greedy prompt sent alone: its text must equal what it gave under load.
+"""
+import json
+import os
+import pathlib
+import threading
+import time
+from collections import Counter
+
+import httpx
+import numpy as np
+
+from deployments.local import local_app, serve_args
+from hedgespec.config import ServeConfig
+
+CLIENT_TIMEOUT_S = 600.0
+TEMPERATURES = (0.0, 0.0, 0.7, 1.0)  # half the requests greedy, half sampled
+
+
+def replica_memory() -> dict[str, int]:
+    """Resident bytes of every Ray Serve process on this machine, by its Ray process title."""
+    found = {}
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            if "ServeReplica:" not in title and "ServeController" not in title and "ProxyActor" not in title:
+                continue
+            rss = next(int(line.split()[1]) * 1024 for line in (proc / "status").read_text().splitlines()
+                       if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            continue
+        found[f"{title.removeprefix('ray::')} (pid {proc.name})"] = rss
+    return found
+
+
+def _request(client: httpx.Client, model: str, prompt: str, max_tokens: int, temperature: float, seed: int) -> dict:
+    """One streaming chat request: how it ended, its text, tokens and timings."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": temperature, "seed": seed, "stream": True, "stream_options": {"include_usage": True}}
+    start, first, text, tokens, outcome = time.perf_counter(), None, [], 0, "lost"
+    try:
+        with client.stream("POST", "/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT_S) as response:
+            if response.status_code != 200:
+                return {"outcome": f"http {response.status_code}", "seconds": time.perf_counter() - start}
+            for line in response.iter_lines():
+                if line == "data: [DONE]":
+                    outcome = "complete"
+                    break
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if "error" in event:
+                    outcome = f"error {event.get('status', '?')}"
+                    break
+                delta = event["choices"][0]["delta"].get("content") if event["choices"] else None
+                if delta and first is None:
+                    first = time.perf_counter()
+                text.append(delta or "")
+                tokens = event.get("usage", {}).get("completion_tokens", tokens)
+    except httpx.HTTPError:
+        outcome = "lost"
+    end = time.perf_counter()
+    return {"outcome": outcome, "text": "".join(text), "tokens": tokens, "seconds": end - start,
+            "ttft": None if first is None else first - start,
+            "tpot": None if first is None or tokens < 2 else (end - first) / (tokens - 1)}
+
+
+def run(config_path: str, prompts: list[str], clients: int, duration_s: float, max_tokens: int, seed: int) -> dict:
+    args = serve_args(config_path)
+    config = ServeConfig.model_validate(args)
+    with local_app(args) as client:
+        pool = httpx.Client(base_url=client.base_url, timeout=CLIENT_TIMEOUT_S,
+                            limits=httpx.Limits(max_connections=clients + 4), headers=dict(client.headers))
+        for prompt in prompts[:2]:  # warm-up: first forwards and first routes pay one-off costs
+            _request(pool, config.model_name, prompt, max_tokens, 0.0, seed)
+        memory_before = replica_memory()
+        results: list[dict] = []
+        lock = threading.Lock()
+        deadline = time.perf_counter() + duration_s
+
+        def client_loop(c: int) -> None:
+            i = c
+            while time.perf_counter() < deadline:
+                prompt, temperature = prompts[i % len(prompts)], TEMPERATURES[i % len(TEMPERATURES)]
+                result = _request(pool, config.model_name, prompt, max_tokens, temperature, seed + i)
+                with lock:
+                    results.append(result | {"prompt": prompt, "temperature": temperature})
+                i += clients
+
+        start = time.perf_counter()
+        threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - start
+        memory_after = replica_memory()
+        stats_after = client.get("/stats").json()
+        # every greedy prompt alone, after the load: its text under load must be the same
+        alone = {p: _request(pool, config.model_name, p, max_tokens, 0.0, seed)["text"]
+                 for p in {r["prompt"] for r in results if r["temperature"] == 0 and r["outcome"] == "complete"}}
+    complete = [r for r in results if r["outcome"] == "complete"]
+    greedy = [r for r in complete if r["temperature"] == 0]
+    ttft = [r["ttft"] for r in complete if r["ttft"] is not None]
+    tpot = [r["tpot"] for r in complete if r["tpot"] is not None]
+    growth = {name: memory_after.get(name, 0) / before - 1 for name, before in memory_before.items()}
+    return {"config": config_path, "target": config.engine.target.model, "clients": clients, "duration_s": duration_s,
+            "max_tokens": max_tokens, "wall_s": wall, "requests": len(results), "complete": len(complete),
+            "outcomes": dict(Counter(r["outcome"] for r in results)),
+            "lost": sum(r["outcome"] == "lost" for r in results),
+            "tokens_per_s": sum(r["tokens"] for r in complete) / wall,
+            "ttft_s": _percentiles(ttft), "tpot_s": _percentiles(tpot),
+            "greedy_identical_to_alone": f"{sum(r['text'] == alone.get(r['prompt']) for r in greedy)}/{len(greedy)}",
+            "memory_after_warmup": memory_before, "memory_after": memory_after,
+            "largest_memory_growth": max(growth.values(), default=0.0), "stats_after": stats_after}
+
+
+def _percentiles(values: list[float]) -> dict:
+    if not values:
+        return {"p50": None, "p99": None}
+    return {"p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99))}
+
+
+def main(config_path: str, prompts: list[str], clients: int, duration_s: float, max_tokens: int, seed: int,
+         json_out: str | None) -> int:
+    result = run(config_path, prompts, clients, duration_s, max_tokens, seed)
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(result, f, indent=2)
+    ms = lambda v: "-" if v is None else f"{1e3 * v:.0f}"  # noqa: E731
+    print(f"{config_path}: {clients} streaming clients for {duration_s:.0f} s (wall {result['wall_s']:.0f} s), "
+          f"<= {max_tokens} tokens, {len(prompts)} prompts, temperatures {TEMPERATURES}, pid {os.getpid()}")
+    print(f"requests {result['requests']}, complete {result['complete']}, lost {result['lost']}, "
+          f"outcomes {result['outcomes']}")
+    print(f"tokens/s {result['tokens_per_s']:.2f}; TTFT p50/p99 {ms(result['ttft_s']['p50'])}/{ms(result['ttft_s']['p99'])} ms; "
+          f"TPOT p50/p99 {ms(result['tpot_s']['p50'])}/{ms(result['tpot_s']['p99'])} ms")
+    print(f"greedy texts identical to the same request alone: {result['greedy_identical_to_alone']}")
+    print("| process | RSS after warm-up (MiB) | RSS at the end (MiB) | change |")
+    print("|---|---|---|---|")
+    for name, before in sorted(result["memory_after_warmup"].items()):
+        after = result["memory_after"].get(name, 0)
+        print(f"| {name} | {before / 2**20:.0f} | {after / 2**20:.0f} | {after / before - 1:+.1%} |")
+    greedy_ok = result["greedy_identical_to_alone"].split("/")
+    return 0 if result["lost"] == 0 and greedy_ok[0] == greedy_ok[1] else 1

@@ -35,6 +35,7 @@ RESULT_TIMEOUT_S = 300.0
 TARGET_TIMEOUT_S = 60.0  # a verify waits behind at most every other request's forward
 RETRY_AFTER_S = 1.0  # between attempts to rebuild a request on a failed group or selector
 FIRST_CHOICE_TIMEOUT_S = 2.0  # a request's first round waits this long for the selector, then draws uniformly
+FIRST_BEGIN_TIMEOUT_S = 30.0  # ... and this long for a drafter group to have the prompt (after the prefill)
 
 
 class Unavailable(Exception):
@@ -117,12 +118,14 @@ class _Group:
         self.begun: DeploymentResponse | None = None
         self.ready = np.zeros(len(names), dtype=bool)
         self.retry_at = 0.0
+        self.retired: list[_Calls] = []  # the keys before a rebuild: a replica that failed a call may still hold one
 
     def begin(self, *args) -> None:
         self.begun = self.calls("begin", *args)
 
     def rebuild(self, *args) -> None:
         self.attempt += 1
+        self.retired.append(self.calls)
         self.calls = _Calls(self.handle, f"{self.request_id}~{self.attempt}", affinity=True)
         self.state = "rebuilding"
         self.begin(*args)
@@ -174,12 +177,17 @@ class RemotePool:
                                    for group in self.groups])
 
     def _settle(self, group: _Group, wait: bool) -> None:
+        """A begun group is up once its begin answered. The first round waits for every group (so
+        that the choices do not depend on timing), but not for long: a group that is restarting
+        or swamped stays asleep until it answers."""
         calls = group.calls
         if not wait and not _done(group.begun):
             return
         try:
-            group.ready = np.array(group.begun.result(timeout_s=RESULT_TIMEOUT_S), dtype=bool)
+            group.ready = np.array(group.begun.result(timeout_s=FIRST_BEGIN_TIMEOUT_S), dtype=bool)
             group.state = "up"
+        except TimeoutError:
+            group.state = "rebuilding"
         except Exception:
             group.fail(calls)
 
@@ -234,7 +242,12 @@ class RemotePool:
         return self.executor.submit(gather)
 
     def release(self, request_id) -> None:
-        """Frees the request on every group that holds it; a failed group holds nothing."""
+        """Frees the request on every group that holds it; a failed group holds nothing. Keys given
+        up after a failed call are released too, unwaited: where their replica died, the call fails
+        (nobody began them there), where it lives, it frees what the failed call left behind."""
+        for group in self.groups:
+            for calls in group.retired + ([group.calls] if group.state == "down" else []):
+                calls("release")
         responses = [group.calls("release") for group in self.groups if group.state != "down"]
         for response in responses:
             try:
@@ -305,8 +318,10 @@ class RemoteSelector:
         return self._fallback(awake)
 
     def _restart(self) -> None:
-        """A new learner under a new key: what the lost one learned is gone."""
+        """A new learner under a new key: what the lost one learned is gone (and where its replica
+        still lives, it is dropped, unwaited)."""
         self.attempt += 1
+        self.calls("end", [])
         self.calls = _Calls(self.handle, f"{self.request_id}~{self.attempt}")
         self.down_until, self.next_choice, self.feedback = None, None, []
         self.recoveries += 1

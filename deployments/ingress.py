@@ -69,7 +69,7 @@ def _openapi(served: FastAPI, model_name: str) -> dict:
 
 class _Job:
     def __init__(self, request_id, response_id, tokens, text, max_tokens, sampling, seed, stop, speculate,
-                 selector: SelectorConfig, k: int, caller: str):
+                 selector: SelectorConfig, k: int, caller: str | None):
         self.request_id, self.response_id, self.caller = request_id, response_id, caller
         self.tokens, self.text, self.max_tokens = tokens, text, max_tokens
         self.sampling, self.seed, self.stop, self.speculate = sampling, seed, list(stop or []), speculate
@@ -85,12 +85,12 @@ def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload)}\n\n"
 
 
-async def _ask(method):
-    """A deployment's answer to a /stats question, or "unavailable" where it gives none in time."""
+async def _ask(method, otherwise="unavailable"):
+    """A deployment's answer to a /stats or /dashboard question, or `otherwise` where it gives none in time."""
     try:
         return await asyncio.wait_for(method.remote(), STATS_TIMEOUT_S)
     except Exception:
-        return "unavailable"
+        return otherwise
 
 
 @serve.deployment(name="Ingress")
@@ -147,7 +147,7 @@ class Ingress:
 
     @app.get("/dashboard/data")
     async def dashboard_data(self):
-        return self.live.snapshot(await self.selector.weights.remote() if self.groups else {})
+        return self.live.snapshot(await _ask(self.selector.weights, {}) if self.groups else {})
 
     @app.post("/v1/completions", openapi_extra=api.schema(api.CompletionBody))
     async def completions(self, request: Request):

@@ -5,8 +5,9 @@ and sampled), and records how each ended: complete (a finish reason and [DONE]),
 HTTP 4xx/5xx or an error event, by kind), or lost (no end at all: a hang past the client timeout
 or a dropped connection). Per run: requests, tokens/s, time to first token and time per output
 token (p50/p99, vLLM's serving-benchmark terms), the resident memory of every replica process
-after warm-up and at the end (read from /proc: the app runs on this machine), and, after the load,
-every greedy prompt sent alone: its text must equal what it gave under load.
+after a warm-up under the same load and at the end (read from /proc: the app runs on this
+machine), and, after the load, every greedy prompt sent alone: its text must equal what it gave
+under load.
 """
 import json
 import os
@@ -26,7 +27,8 @@ TEMPERATURES = (0.0, 0.0, 0.7, 1.0)  # half the requests greedy, half sampled
 
 
 def replica_memory() -> dict[str, int]:
-    """Resident bytes of every Ray Serve process on this machine, by its Ray process title."""
+    """Resident bytes of every Ray Serve process on this machine, by actor and pid (Ray's process
+    title is `ray::Actor.method_running_now`: the method part changes, the actor part does not)."""
     found = {}
     for proc in pathlib.Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -39,7 +41,9 @@ def replica_memory() -> dict[str, int]:
                        if line.startswith("VmRSS:"))
         except (OSError, StopIteration):
             continue
-        found[f"{title.removeprefix('ray::')} (pid {proc.name})"] = rss
+        actor = title.removeprefix("ray::").split(" ")[0]
+        actor = actor.rsplit(".", 1)[0] if "." in actor.split(":")[-1] else actor
+        found[f"{actor} (pid {proc.name})"] = rss
     return found
 
 
@@ -75,35 +79,43 @@ def _request(client: httpx.Client, model: str, prompt: str, max_tokens: int, tem
             "tpot": None if first is None or tokens < 2 else (end - first) / (tokens - 1)}
 
 
-def run(config_path: str, prompts: list[str], clients: int, duration_s: float, max_tokens: int, seed: int) -> dict:
+def run(config_path: str, prompts: list[str], clients: int, duration_s: float, max_tokens: int, seed: int,
+        warmup_s: float) -> dict:
     args = serve_args(config_path)
     config = ServeConfig.model_validate(args)
     with local_app(args) as client:
         pool = httpx.Client(base_url=client.base_url, timeout=CLIENT_TIMEOUT_S,
                             limits=httpx.Limits(max_connections=clients + 4), headers=dict(client.headers))
-        for prompt in prompts[:2]:  # warm-up: first forwards and first routes pay one-off costs
-            _request(pool, config.model_name, prompt, max_tokens, 0.0, seed)
-        memory_before = replica_memory()
         results: list[dict] = []
         lock = threading.Lock()
-        deadline = time.perf_counter() + duration_s
 
-        def client_loop(c: int) -> None:
-            i = c
-            while time.perf_counter() < deadline:
-                prompt, temperature = prompts[i % len(prompts)], TEMPERATURES[i % len(TEMPERATURES)]
-                result = _request(pool, config.model_name, prompt, max_tokens, temperature, seed + i)
-                with lock:
-                    results.append(result | {"prompt": prompt, "temperature": temperature})
-                i += clients
+        def load_for(seconds: float, into: list) -> float:
+            """Every client sends requests until the time is up; returns the wall time until the last ends."""
+            deadline = time.perf_counter() + seconds
 
-        start = time.perf_counter()
-        threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        wall = time.perf_counter() - start
+            def client_loop(c: int) -> None:
+                i = c
+                while time.perf_counter() < deadline:
+                    prompt, temperature = prompts[i % len(prompts)], TEMPERATURES[i % len(TEMPERATURES)]
+                    result = _request(pool, config.model_name, prompt, max_tokens, temperature, seed + i)
+                    with lock:
+                        into.append(result | {"prompt": prompt, "temperature": temperature})
+                    i += clients
+
+            start = time.perf_counter()
+            threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            return time.perf_counter() - start
+
+        # warm-up: the same load, so that caches, allocator arenas and thread pools reach the size this
+        # load needs; what the memory does after that is what the load leaves behind
+        warmup: list[dict] = []
+        load_for(warmup_s, warmup)
+        memory_before = replica_memory()
+        wall = load_for(duration_s, results)
         memory_after = replica_memory()
         stats_after = client.get("/stats").json()
         # every greedy prompt alone, after the load: its text under load must be the same
@@ -115,6 +127,7 @@ def run(config_path: str, prompts: list[str], clients: int, duration_s: float, m
     tpot = [r["tpot"] for r in complete if r["tpot"] is not None]
     growth = {name: memory_after.get(name, 0) / before - 1 for name, before in memory_before.items()}
     return {"config": config_path, "target": config.engine.target.model, "clients": clients, "duration_s": duration_s,
+            "warmup_s": warmup_s, "warmup_outcomes": dict(Counter(r["outcome"] for r in warmup)),
             "max_tokens": max_tokens, "wall_s": wall, "requests": len(results), "complete": len(complete),
             "outcomes": dict(Counter(r["outcome"] for r in results)),
             "lost": sum(r["outcome"] == "lost" for r in results),
@@ -132,19 +145,21 @@ def _percentiles(values: list[float]) -> dict:
 
 
 def main(config_path: str, prompts: list[str], clients: int, duration_s: float, max_tokens: int, seed: int,
-         json_out: str | None) -> int:
-    result = run(config_path, prompts, clients, duration_s, max_tokens, seed)
+         warmup_s: float, json_out: str | None) -> int:
+    result = run(config_path, prompts, clients, duration_s, max_tokens, seed, warmup_s)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(result, f, indent=2)
     ms = lambda v: "-" if v is None else f"{1e3 * v:.0f}"  # noqa: E731
-    print(f"{config_path}: {clients} streaming clients for {duration_s:.0f} s (wall {result['wall_s']:.0f} s), "
+    print(f"{config_path}: {clients} streaming clients for {duration_s:.0f} s (wall {result['wall_s']:.0f} s) "
+          f"after {warmup_s:.0f} s of the same load (outcomes {result['warmup_outcomes']}), "
           f"<= {max_tokens} tokens, {len(prompts)} prompts, temperatures {TEMPERATURES}, pid {os.getpid()}")
     print(f"requests {result['requests']}, complete {result['complete']}, lost {result['lost']}, "
           f"outcomes {result['outcomes']}")
     print(f"tokens/s {result['tokens_per_s']:.2f}; TTFT p50/p99 {ms(result['ttft_s']['p50'])}/{ms(result['ttft_s']['p99'])} ms; "
           f"TPOT p50/p99 {ms(result['tpot_s']['p50'])}/{ms(result['tpot_s']['p99'])} ms")
     print(f"greedy texts identical to the same request alone: {result['greedy_identical_to_alone']}")
+    print(f"largest memory growth: {result['largest_memory_growth']:+.1%}")
     print("| process | RSS after warm-up (MiB) | RSS at the end (MiB) | change |")
     print("|---|---|---|---|")
     for name, before in sorted(result["memory_after_warmup"].items()):

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
     load.add_argument("--clients", type=int, default=32)
     load.add_argument("--duration", type=float, default=300.0, help="seconds of load")
+    load.add_argument("--warmup", type=float, default=60.0, help="seconds of the same load before memory is read")
     load.add_argument("--max-tokens", type=int, default=32)
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
@@ -218,7 +219,7 @@ def _bench_serve(args) -> int:
 def _bench_load(args) -> int:
     from deployments import load
     return load.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), args.clients, args.duration,
-                     args.max_tokens, args.seed, args.json)
+                     args.max_tokens, args.seed, args.warmup, args.json)
 
 
 def _bench_commands():

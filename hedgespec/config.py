@@ -117,8 +117,9 @@ CustomResources = Annotated[dict[Annotated[str, Field(min_length=1)], Annotated[
 
 class AutoscalingConfig(Strict):
     """Ray Serve autoscaling of a drafter group, on ongoing requests per replica. A replica that is
-    scaled away takes its requests' drafter state with it: those requests fail and must be retried,
-    so scale down gently (Serve waits `downscale_delay_s` before removing a replica)."""
+    scaled away takes its requests' drafter state with it: those requests go on without its drafters
+    until they are rebuilt on another replica (deployments/adapters.py), so scale down gently (Serve
+    waits `downscale_delay_s` before removing a replica)."""
     min_replicas: int = Field(1, ge=1)
     max_replicas: int = Field(4, ge=1, le=64)
     target_ongoing_requests: float = Field(8.0, gt=0)

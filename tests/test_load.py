@@ -10,7 +10,8 @@ pytestmark = pytest.mark.faults
 
 def test_sustained_load_loses_nothing_and_changes_no_greedy_text():
     prompts = ["abc abc abc abc", "The quick brown fox", "SELECT name FROM users WHERE", "Write a poem."]
-    result = load.run("configs/serve-tiny.yaml", prompts, clients=6, duration_s=20, max_tokens=24, seed=0)
+    result = load.run("configs/serve-tiny.yaml", prompts, clients=6, duration_s=20, max_tokens=24, seed=0,
+                      warmup_s=5)
     assert result["requests"] >= 12 and result["lost"] == 0
     assert result["complete"] == result["requests"], result["outcomes"]
     done, greedy = map(int, result["greedy_identical_to_alone"].split("/"))

@@ -120,8 +120,6 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
                         draft = pool.propose(rid, drafter, min(arm_k, budget))
             verified = target.verify(rid, draft)
             seconds = time.perf_counter() - round_start
-            if verified.drafted == 0:  # nothing was drafted (a drafter with no proposal, or one that failed)
-                drafter = None
             if pool:
                 learning.expect(chosen, len(verified.tokens), pool.evaluate(rid, verified))
                 if losses.costs is not None:

@@ -24,9 +24,10 @@ from ray import serve
 
 from deployments import openai_api as api
 from deployments.access import Door, api_keys
-from deployments.adapters import RemotePool, RemoteSelector, RemoteTarget, Unavailable
+from deployments.adapters import RemoteSelector, RemoteTarget, Unavailable
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
+from deployments.remote_pool import RemotePool
 from hedgespec.arms import RoundCosts
 from hedgespec.calibration import DepthCalibration
 from hedgespec.config import SelectorConfig, ServeConfig

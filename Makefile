@@ -30,7 +30,7 @@ demo: setup
 test: install
 	$(BIN)/pytest -q
 
-# replicas of the real app (tiny models) killed mid-request: about 3 minutes
+# replicas of the real app (tiny models) killed mid-request, and sustained load: about 4 minutes
 test-faults: install
 	$(BIN)/pytest -q -m faults
 

@@ -74,6 +74,12 @@ def test_seeds_of_any_64_bit_integer_are_accepted_and_reproducible(server):
         assert response.status_code == 400 and "seed" in error_of(response)["message"], seed
 
 
+def test_a_temperature_too_small_to_divide_by_decodes_greedily(server):
+    greedy = completion(server, max_tokens=16, temperature=0).json()["choices"][0]["text"]
+    for temperature in (1e-300, 5e-6):
+        assert completion(server, max_tokens=16, temperature=temperature, seed=3).json()["choices"][0]["text"] == greedy
+
+
 HOSTILE = [
     ("nested 100k deep", b'{"model": "x", "prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 413),
     ("nested 2k deep", b'{"model": "x", "prompt": ' + b"[" * 2000 + b"]" * 2000 + b"}", 400),

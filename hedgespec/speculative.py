@@ -26,7 +26,11 @@ def verify_sampling(target_probs: torch.Tensor, draft: list[int], draft_probs: t
     if k:
         index = torch.arange(k)
         tokens = torch.tensor(draft)
-        ratio = target_probs[index, tokens] / draft_probs[index, tokens]
+        q = draft_probs[index, tokens]
+        # a token its own distribution could not have drawn: p/0 would accept it, 0/0 (NaN) too
+        if not bool((q > 0).all()):
+            raise ValueError(f"drafted tokens {tokens[q <= 0].tolist()} have probability 0 under the draft's distribution")
+        ratio = target_probs[index, tokens] / q
         rejected = (torch.rand(k, generator=generator) >= ratio).nonzero()
         if len(rejected):
             n = int(rejected[0])

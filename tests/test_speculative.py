@@ -173,3 +173,14 @@ def test_any_positive_top_p_keeps_the_most_likely_token(temperature, top_p):
     logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0)) * 5
     probs = process(logits, Sampling(temperature, top_p=top_p))
     assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(-1), 50).float())
+
+
+def test_a_drafted_token_its_distribution_gives_zero_is_refused():
+    """p/q with q = 0 would accept the token (and 0/0 is NaN, which compares as accepted too)."""
+    target = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    for drafted_from in ([[1.0, 0.0, 0.0]], [[0.0, 0.5, 0.5]]):
+        with pytest.raises(ValueError, match="probability 0"):
+            verify_sampling(target, [2] if drafted_from[0][2] == 0 else [0], torch.tensor(drafted_from),
+                            torch.Generator().manual_seed(0))
+    accepted, _ = verify_sampling(target, [0], torch.tensor([[1.0, 0.0, 0.0]]), torch.Generator().manual_seed(0))
+    assert accepted in (0, 1)

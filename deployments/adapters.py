@@ -69,29 +69,30 @@ class RemoteTarget:
     def verify(self, request_id: str, draft) -> Verified:
         seq = self.calls.seq
         try:
-            return self.calls("verify", draft).result(timeout_s=TARGET_TIMEOUT_S)
-        except Exception as error:
-            if isinstance(draft, DeploymentResponse) and _failed(draft):
-                # the drafter's group failed, so the target never ran this call: the plain step in its turn
-                return self._result(self.calls("verify", Draft([]), seq=seq))
-            if lost(error):
-                raise Unavailable("the target replica failed") from error
-            raise
-
-    def _result(self, response):
-        try:
-            return response.result(timeout_s=TARGET_TIMEOUT_S)
+            try:
+                return self.calls("verify", draft).result(timeout_s=TARGET_TIMEOUT_S)
+            except Exception:
+                if not (isinstance(draft, DeploymentResponse) and _failed(draft)):
+                    raise
+            # the drafter's group failed, so the target never ran this call: the plain step in its turn
+            return self.calls("verify", Draft([]), seq=seq).result(timeout_s=TARGET_TIMEOUT_S)
         except Exception as error:
             if lost(error):
                 raise Unavailable("the target replica failed") from error
             raise
 
     def release(self, request_id: str) -> None:
-        try:
-            self.calls("release").result(timeout_s=TARGET_TIMEOUT_S)
-        except Exception as error:
-            if not lost(error):  # a target that died has freed the request's cache already
-                raise
+        # a target that died has freed the request's cache already
+        wait_unless_lost(self.calls("release"), TARGET_TIMEOUT_S)
+
+
+def wait_unless_lost(response: DeploymentResponse, timeout_s: float) -> None:
+    """Waits for a call that frees state; where its replica is lost, the state went with it."""
+    try:
+        response.result(timeout_s=timeout_s)
+    except Exception as error:
+        if not lost(error):
+            raise
 
 
 def _failed(response: DeploymentResponse) -> bool:
@@ -175,8 +176,4 @@ class RemoteSelector:
         self.ended = True
         if self.down_until is not None:
             return  # the learner went with its replica
-        try:
-            self.calls("end", self.feedback).result(timeout_s=RESULT_TIMEOUT_S)
-        except Exception as error:
-            if not lost(error):
-                raise
+        wait_unless_lost(self.calls("end", self.feedback), RESULT_TIMEOUT_S)

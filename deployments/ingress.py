@@ -113,6 +113,7 @@ class Ingress:
         self.background = ThreadPoolExecutor(4 * limits.max_ongoing_requests, thread_name_prefix="background")
         self.in_flight: dict[str, threading.Event] = {}
         self.per_caller: Counter = Counter()  # requests in flight per API key
+        self.counting = threading.Lock()  # per_caller and recovered change on the event loop and the decode threads
         self.cancelled = 0  # requests whose client went away before the end
         self.recovered = Counter()  # requests rebuilt on a drafter group or selector after a failure
         self.metrics = Recorder(*INGRESS_METRICS)
@@ -177,11 +178,14 @@ class Ingress:
         limits = self.config.limits
         if job.caller is None:
             return
-        if self.per_caller[job.caller] >= limits.max_concurrent_per_key:
+        with self.counting:
+            full = self.per_caller[job.caller] >= limits.max_concurrent_per_key
+            if not full:
+                self.per_caller[job.caller] += 1
+        if full:
             raise api.APIError(429, f"too many concurrent requests for this API key (at most "
                                     f"{limits.max_concurrent_per_key}); retry later", None, "rate_limit_exceeded",
                                limits.retry_after_s)
-        self.per_caller[job.caller] += 1
 
     async def _accept(self, request: Request, chat: bool) -> tuple:
         """The validated body and the job it asks for; an APIError for bad input."""
@@ -278,14 +282,15 @@ class Ingress:
                     selector.end()
             finally:
                 self.in_flight.pop(rid, None)
-                if job.caller is not None:
-                    self.per_caller[job.caller] -= 1
-                    if self.per_caller[job.caller] <= 0:
-                        del self.per_caller[job.caller]
-                if pool and pool.rebuilds:
-                    self.recovered["groups"] += pool.rebuilds
-                if selector and selector.recoveries:
-                    self.recovered["selector"] += selector.recoveries
+                with self.counting:
+                    if job.caller is not None:
+                        self.per_caller[job.caller] -= 1
+                        if self.per_caller[job.caller] <= 0:
+                            del self.per_caller[job.caller]
+                    if pool and pool.rebuilds:
+                        self.recovered["groups"] += pool.rebuilds
+                    if selector and selector.recoveries:
+                        self.recovered["selector"] += selector.recoveries
         record_generation(self.metrics, generation, len(job.tokens))
         self.live.record(job.response_id, generation)
         return generation

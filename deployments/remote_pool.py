@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from ray.serve.handle import DeploymentResponse
 
-from deployments.adapters import RESULT_TIMEOUT_S, RETRY_AFTER_S, Calls, lost
+from deployments.adapters import RESULT_TIMEOUT_S, RETRY_AFTER_S, Calls, wait_unless_lost
 from hedgespec.interfaces import Verified
 from hedgespec.pool import Scores, drafter_seeds
 from hedgespec.sampling import Sampling
@@ -33,6 +33,7 @@ class _Group:
         self.state = "up"
         self.begun: DeploymentResponse | None = None
         self.ready = np.zeros(len(names), dtype=bool)
+        self.ready_round = -1  # which round's scores `ready` comes from: a later round's may land first
         self.retry_at = 0.0
         self.retired: list[Calls] = []  # the keys before a rebuild: a replica that failed a call may still hold one
 
@@ -61,7 +62,6 @@ class RemotePool:
         self.owner = [(g, j) for g, (_, names) in enumerate(groups) for j in range(len(names))]
         self.executor = executor
         self.lock = threading.Lock()  # group states change on the gathering threads too
-        self.ready_round = -1  # which round's scores the groups' ready flags come from
         self.rounds = 0
         self.first = True
         self.rebuilds = 0
@@ -148,11 +148,10 @@ class RemotePool:
                     continue
                 scores, ready = result
                 with self.lock:
-                    if round_index > self.ready_round and group.state == "up" and calls is group.calls:
+                    if round_index > group.ready_round and group.state == "up" and calls is group.calls:
                         group.ready = np.array(ready, dtype=bool)  # Ray hands arrays over read-only
+                        group.ready_round = round_index
                 parts.append(scores)
-            with self.lock:
-                self.ready_round = max(self.ready_round, round_index)
             return Scores.concat(parts)
 
         return self.executor.submit(gather)
@@ -166,11 +165,7 @@ class RemotePool:
                 calls("release")
         responses = [group.calls("release") for group in self.groups if group.state != "down"]
         for response in responses:
-            try:
-                response.result(timeout_s=RESULT_TIMEOUT_S)
-            except Exception as error:
-                if not lost(error):
-                    raise
+            wait_unless_lost(response, RESULT_TIMEOUT_S)
 
 
 def _done(response: DeploymentResponse) -> bool:

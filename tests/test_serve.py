@@ -137,7 +137,11 @@ def test_a_request_can_pin_its_drafter_k_and_objective(server, reference):
     assert stats["mat"] > 2.5  # the target's own weights: k = 2 drafts accepted nearly every round
     paper = server.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 40, "temperature": 0,
                                                  "speculation": {"objective": "eal"}}).json()
-    assert paper["choices"][0]["text"] == reference[(prompt, False)] and "none" not in paper["hedgespec"]["rounds_by_drafter"]
+    # no plain-step arm under the MAT objective: a round without a draft is only the last one, when
+    # its budget leaves no room (as for the pinned drafter above; over Ray the rounds, and so whether
+    # the last one has a budget, depend on when the learner's steps land)
+    assert paper["choices"][0]["text"] == reference[(prompt, False)]
+    assert paper["hedgespec"]["rounds_by_drafter"].get("none", 0) <= 1
     assert wait_for_no_state(server)["in_flight"] == 0
 
 

@@ -17,6 +17,7 @@ request's KV cache with it: the request ends with `Unavailable` (a 503 to the cl
 """
 import time
 from concurrent.futures import Executor, Future
+from dataclasses import replace
 
 import numpy as np
 from ray.exceptions import RayActorError
@@ -117,7 +118,8 @@ class RemoteSelector:
         self.rng = np.random.default_rng(seed)
         self.feedback: list[RoundFeedback] = []
         self.next_choice: Future | None = None
-        self.choice: int | None = None
+        self.choice: tuple[int, float | None] | None = None  # the latest answer: an arm and its draw's probability
+        self.played: float | None = 0.0  # the probability of the draw the current round plays (0: a fallback)
         self.prompt_text = ""
         self.attempt = 0
         self.down_until: float | None = None  # set while the selector is down
@@ -160,12 +162,20 @@ class RemoteSelector:
 
     def _fallback(self, awake: np.ndarray) -> int:
         """The latest choice where it is awake, else the first awake arm (the plain step under the
-        time objective); a uniform draw among the awake arms where the selector never answered."""
+        time objective); a uniform draw among the awake arms where the selector never answered.
+        Notes the probability of the learner's draw that the round plays (0: not its draw)."""
+        self.played = 0.0
         if self.choice is None:
             return int(self.rng.choice(np.flatnonzero(awake)))
-        return self.choice if awake[self.choice] else int(np.argmax(awake))
+        arm, probability = self.choice
+        if awake[arm]:
+            self.played = probability
+            return arm
+        return int(np.argmax(awake))
 
     def observe(self, round_feedback: RoundFeedback) -> None:
+        if round_feedback.chosen is not None:
+            round_feedback = replace(round_feedback, played_probability=self.played)
         self.feedback.append(round_feedback)
 
     def end(self) -> None:

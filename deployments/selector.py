@@ -52,15 +52,17 @@ class SelectorDeployment:
             selector.begin(prompt_text)
             self.selectors[request_id] = (selector, Arms(len(self.names), k, config.objective == "time"), key)
 
-    async def step(self, request_id: str, seq: int, feedback: list[RoundFeedback], awake) -> int:
-        """Learn from the rounds whose scores arrived; choose for the next round."""
+    async def step(self, request_id: str, seq: int, feedback: list[RoundFeedback], awake) -> tuple[int, float | None]:
+        """Learn from the rounds whose scores arrived; choose for the next round. Answers the arm and
+        the probability its draw had, where the learner draws (EXP3Spec: its caller hands that back
+        with the feedback of the round the arm is played in)."""
         async with self.order.turn(request_id, seq):
             selector, arms, _ = self.selectors[request_id]
             for round_feedback in feedback:
                 selector.observe(round_feedback)
             choice = selector.choose(awake)
             self._show(selector, arms, choice)
-            return choice
+            return choice, getattr(selector, "last_probability", None)
 
     async def end(self, request_id: str, seq: int, feedback: list[RoundFeedback]) -> None:
         """Final feedback, then the request's learner state is dropped (also after a disconnect)."""

@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     sel.add_argument("--prompts", help="JSON-lines file with `prompt` (and optional `domain`): your own traffic")
     sel.add_argument("--rule", nargs=2, metavar=("PRIMARY", "FALLBACK"), help="add the per-round rule selector")
     sel.add_argument("--route", action="append", default=[], metavar="DOMAIN=DRAFTER", help="add the static router")
+    sel.add_argument("--replay", action="store_true",
+                     help="greedy: replay each query's trajectory exactly (MAT and the per-round ceiling, no tokens/s, "
+                          "no time objective)")
     sel.add_argument("--json", help="write the full results (per-query MAT, regret curves) here")
     sel.set_defaults(run=_with_engine("selectors"))
 
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--max-tokens", type=int, default=96)
     matrix.add_argument("--speed-queries", type=int, default=1, help="real runs per domain and drafter for tokens/s")
     matrix.add_argument("--baseline", nargs="+", default=[], metavar="DRAFTER",
-                        help="drafters measured but left out of the pool's oracle and best fixed drafter")
+                        help="drafters measured but left out of the pool's best drafter per query and best fixed drafter")
     matrix.add_argument("--json", help="write the results (JSON); Markdown and a heatmap PNG go beside it")
     matrix.set_defaults(run=_with_engine("matrix", greedy=True))
 

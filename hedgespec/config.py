@@ -48,7 +48,7 @@ FULL_INFORMATION = ("hedgespec", "hedgespec-sleeping", "hedge")
 
 
 class SelectorConfig(Strict):
-    name: Literal["fixed", "hedgespec", "hedgespec-sleeping", "hedge", "ucbspec", "exp3spec", "rule", "router"] = "hedgespec"
+    name: Literal["fixed", "hedgespec", "hedgespec-sleeping", "hedge", "ucbspec", "ucb1", "exp3spec", "rule", "router"] = "hedgespec"
     loss: Literal["time", "eal", "tap"] = Field(
         "time", description="full-information learners: time per committed token over (drafter, k) arms and the "
                             "plain step (the default), or the paper's tokens per round (eal, tap) over drafters at K")

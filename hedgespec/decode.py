@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from hedgespec.arms import Arms
 from hedgespec.feedback import DelayedLosses, MaturedLoss, RoundFeedback
-from hedgespec.interfaces import Draft, Target
+from hedgespec.interfaces import Draft, Target, Verified
 from hedgespec.learners.selectors import Selector
 from hedgespec.pool import DrafterPool
 from hedgespec.sampling import Sampling
@@ -118,7 +118,7 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
                     drafter, arm_k = arms[chosen].drafter, arms[chosen].k
                     if drafter is not None:
                         draft = pool.propose(rid, drafter, min(arm_k, budget))
-            verified = target.verify(rid, draft)
+            verified = through_eos(target.verify(rid, draft), stream.eos_ids)
             seconds = time.perf_counter() - round_start
             if pool:
                 learning.expect(chosen, len(verified.tokens), pool.evaluate(rid, verified))
@@ -140,6 +140,13 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
             pool.release(rid)
     return Generation(stream.tokens, stream.text, stream.finish_reason, rounds, time.perf_counter() - start,
                       losses.max_delay if losses else 0, learning.delivered if learning else [])
+
+
+def through_eos(verified: Verified, eos_ids: set[int]) -> Verified:
+    """The round's commitment up to and including its first EOS: what follows it is never shown,
+    so it is neither scored (no loss rows beyond EOS) nor counted as committed."""
+    end = next((i + 1 for i, token in enumerate(verified.tokens) if token in eos_ids), len(verified.tokens))
+    return verified if end == len(verified.tokens) else verified.first(end)
 
 
 class Learning:

@@ -61,8 +61,9 @@ class Engine:
     def generate(self, prompt: str | list[dict], max_tokens: int = 128, sampling: Sampling = Sampling(),
                  seed: int = 0, stop: tuple[str, ...] = (), chat: bool = True, speculate: bool = True,
                  on_text: Callable[[str], None] | None = None, selector=None,
-                 selector_config: SelectorConfig | None = None) -> Generation:
-        """`selector` and `selector_config` replace the engine's own for this query (benchmarks)."""
+                 selector_config: SelectorConfig | None = None, target=None) -> Generation:
+        """`selector`, `selector_config` and `target` replace the engine's own for this query
+        (benchmarks: `target` a bench.replay.ReplayTarget)."""
         selector = selector or self.selector
         selector_config = selector_config or self.selector_config
         tokens = self.encode(prompt, chat)
@@ -72,7 +73,7 @@ class Engine:
         losses = delayed_losses(selector_config, len(self.drafters), self.config.k, self.costs,
                                 self.calibration) if pool else None
         stream = TextStream(self.tokenizer, max_tokens, list(stop), self.eos_ids)
-        return decode(request, self.target, pool, selector, stream, self.config.k, losses, on_text)
+        return decode(request, target or self.target, pool, selector, stream, self.config.k, losses, on_text)
 
 
 def delayed_losses(config: SelectorConfig, n_drafters: int, k: int, costs: RoundCosts,
@@ -92,6 +93,7 @@ def build_selector(config: SelectorConfig, names: list[str], k: int, seed: int =
     options = {"fixed": lambda: {"index": names.index(config.drafter)},
                "rule": lambda: {"primary": names.index(config.drafter), "fallback": names.index(config.fallback)},
                "ucbspec": lambda: {"delta": config.delta},
+               "ucb1": dict,
                "exp3spec": lambda: {"seed": seed}}.get(config.name)
     if options is None:  # the full-information learners
         options = lambda: {"delay": config.delay, "act": config.act, "warm_start": config.warm_start, "seed": seed}

@@ -12,16 +12,15 @@ Greedy decoding needs no branch: the caller passes point masses (one-hot argmax)
 then gamma = 1[argmax q == argmax p] and ratio = 1[argmax q == x_s] fall out of the same formulas.
 A drafter that abstains at a position is the caller's awake mask; its values here are ignored.
 
-Shapes: p is [m, V]; q (or a child mask) is [m, V] or [N, m, V] for N drafters at once; tokens [m].
+Shapes: p and q are [m, V]; tokens [m].
 """
 import torch
 from torch import Tensor
 
 
 def _at_tokens(dist: Tensor, tokens: Tensor) -> Tensor:
-    """dist[..., s, tokens[s]] for every position s, keeping leading (drafter) dimensions."""
-    index = torch.as_tensor(tokens, device=dist.device).expand(dist.shape[:-1]).unsqueeze(-1)
-    return dist.gather(-1, index).squeeze(-1)
+    """dist[s, tokens[s]] for every position s."""
+    return dist.gather(-1, torch.as_tensor(tokens, device=dist.device)[:, None])[:, 0]
 
 
 def acceptance(p: Tensor, q: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
@@ -29,18 +28,9 @@ def acceptance(p: Tensor, q: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
     gamma = torch.minimum(p, q).sum(-1)
     p_token = _at_tokens(p, tokens)
     q_token = _at_tokens(q, tokens)
-    # x_s was drawn from p, so p(x_s) > 0; the guard only keeps a bad caller's input finite.
+    # x_s was drawn from p, so p(x_s) > 0 (over Ray it travels exactly, hedgespec.transport); the
+    # guard only keeps a bad caller's input finite.
     safe = p_token.clamp_min(torch.finfo(p.dtype).tiny)
     ratio = torch.where(p_token > 0, (q_token / safe).clamp(max=1.0), torch.ones_like(q_token))
     return gamma, ratio
 
-
-def acceptance_children(p: Tensor, child_mask: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
-    """(gamma, ratio) of a draft node whose candidate children are child_mask (EAGLE-style tree).
-
-    The drafts are treated as deterministic, so a draft is accepted exactly when the target's token
-    is one of the children: gamma = p(C) and ratio = 1[x_s in C].
-    """
-    gamma = (p * child_mask).sum(-1)
-    ratio = _at_tokens(child_mask, tokens).to(p.dtype)
-    return gamma, ratio

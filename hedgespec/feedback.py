@@ -76,11 +76,18 @@ class RoundFeedback:
     DelayedLosses numbers them. chosen = None: no drafter drafted (none was awake), so the
     target committed alone; with committed = 0 as well, the call only delivers feedback (the
     final flush) and no round was played.
+
+    `played_probability`: the chance with which the learner's draw chose `chosen`, for the round's
+    importance weight (EXP3Spec). None: the round played the learner's latest choice (in process,
+    where each round's feedback follows its own choose). A remote learner answers a round late, so
+    its caller carries the probability of the draw it played, and 0 where the arm played was no
+    draw of the learner at all (a fallback: its answer was late or its arm asleep by then).
     """
     chosen: int | None
     committed: int
     k: int
     matured: list[MaturedLoss] = field(default_factory=list)
+    played_probability: float | None = None
 
     def __post_init__(self):
         if not 0 <= self.committed <= self.k + 1:

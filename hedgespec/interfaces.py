@@ -3,7 +3,7 @@
 The in-process engine passes plain objects; the Ray deployments pass adapters around deployment
 handles that satisfy the same protocols, so `engine.decode` never knows where it runs.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -34,6 +34,14 @@ class Verified:
     hidden: torch.Tensor
     seconds: float = 0.0  # the target's forward, measured where it ran
     draft_seconds: float = 0.0  # the verified draft's own `seconds`, carried back to the loop
+
+    def first(self, n: int) -> "Verified":
+        """Only the first n committed tokens, with their rows (dense, or in a wire form of
+        hedgespec.transport: a tuple of row-aligned tensors, or None for greedy point masses)."""
+        def rows(x):
+            return None if x is None else tuple(t[:n] for t in x) if isinstance(x, tuple) else x[:n]
+        return replace(self, tokens=self.tokens[:n], accepted=min(self.accepted, n), probs=rows(self.probs),
+                       hidden=self.hidden[:n])
 
 
 @dataclass

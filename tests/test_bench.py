@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hedgespec.bench import overhead, selectors, speed
-from hedgespec.config import load_config
+from hedgespec.config import SelectorConfig, load_config
 from hedgespec.decode import Generation, Round
 from hedgespec.engine import Engine
 from hedgespec.feedback import MaturedLoss
@@ -31,20 +31,32 @@ def test_regret_curve_counts_against_the_best_drafter_in_hindsight():
 
 
 def test_selector_benchmark_on_tiny_models():
+    """Live and replayed, every MAT-objective selector gets the same MAT per query; the ceiling, with
+    the target's own weights in the pool, commits K+1 tokens a round; learners beat a bad drafter."""
     engine = Engine(load_config("configs/tiny.yaml"))
     queries = [{"prompt": "abc abc abc abc", "domain": "x"}, {"prompt": "hello there friend", "domain": "y"}]
     chosen = selectors.default_selectors([d.name for d in engine.drafters], ("prompt-lookup", "other-model"), None)
-    result = selectors.run(engine, queries, chosen, 24, Sampling(), 0, progress=False)
-    summary = result["selectors"]
-    fixed = [k for k in summary if k.startswith("fixed:")]
-    for q in range(len(queries)):  # the oracle is the best fixed drafter of each query
-        assert summary["oracle"]["per_query_mat"][q] == max(summary[k]["per_query_mat"][q] for k in fixed)
-    assert result["best_fixed"] == "fixed:same-model"  # the target's own weights accept everything
+    chosen = {label: c for label, c in chosen.items() if c.objective != "time"}
+    live = selectors.run(engine, queries, chosen, 24, Sampling(), 0, progress=False)["selectors"]
+    replayed = selectors.run(engine.with_drafters(engine.drafters), queries, chosen, 24, Sampling(), 0, progress=False,
+                             replay=True)
+    summary = replayed["selectors"]
+    for label in chosen:
+        assert summary[label]["per_query_mat"] == pytest.approx(live[label]["per_query_mat"]), label
+        assert "tokens_per_s" in live[label] and "tokens_per_s" not in summary[label]  # a replay times nothing
+    k = engine.config.k
+    lengths = [engine.generate(q["prompt"], 24, speculate=False) for q in queries]
+    lengths = [len(g.tokens) + (g.finish_reason == "stop") for g in lengths]
+    assert summary[selectors.CEILING]["per_query_rounds"] == [-(-n // (k + 1)) for n in lengths]
+    assert replayed["best_fixed"] == "fixed:same-model"  # the target's own weights accept everything
     assert summary["hedgespec"]["mat"] > summary["fixed:other-model"]["mat"]
+    assert 0 < summary["ucbspec"]["explored_share"] <= 1
     # fixed drafters run alone: no loss vectors of the others, so no regret row; learners have one
     assert "regret_per_token" not in summary["fixed:same-model"] and "regret_per_token" in summary["hedgespec"]
-    json.dumps(result)  # the --json output is plain JSON
-    assert "| hedgespec |" in selectors.table(result)
+    with pytest.raises(ValueError, match="time objective"):
+        selectors.run(engine, queries, {"t": SelectorConfig(name="hedgespec", loss="time")}, 24, Sampling(), 0, replay=True)
+    json.dumps(replayed)  # the --json output is plain JSON
+    assert "| hedgespec |" in selectors.table(replayed)
 
 
 def test_speed_benchmark_runs_every_side_on_tiny_models():
@@ -131,11 +143,18 @@ def test_paper_pipeline_quick_and_resumable(tmp_path, monkeypatch):
                  "BENCHMARKS.md", "regret.png", "scaling.png"):
         assert (tmp_path / name).exists(), name
     greedy = results["main-greedy"]["selectors"]
-    assert {"hedgespec", "ucbspec", "exp3spec", "router", "rule", "target-only", "oracle"} <= greedy.keys()
-    assert greedy["target-only"]["mat"] <= 1.0 and greedy["oracle"]["mat"] >= greedy["fixed:other-model"]["mat"]
+    assert {"hedgespec", "ucbspec", "ucb1", "exp3spec", "router", "rule", "target-only", selectors.BEST_PER_QUERY,
+            selectors.CEILING} <= greedy.keys()
+    # the ceiling with the target's own weights in the pool: K+1 tokens a round, and no method does better
+    k = load_config("configs/tiny.yaml").k
+    lengths = greedy["target-only"]["per_query_rounds"]  # one committed token a round: the trajectory's length
+    assert greedy[selectors.CEILING]["per_query_rounds"] == [-(-n // (k + 1)) for n in lengths]
+    for label, row in greedy.items():
+        assert all(r >= c for r, c in zip(row["per_query_rounds"], greedy[selectors.CEILING]["per_query_rounds"])), label
     assert set(results["scaling"]) == {"2", "4"}
     report = (tmp_path / "BENCHMARKS.md").read_text()
     assert "Conditions:" in report and "--quick" in report and "Not run yet" not in report
+    assert "per-round ceiling" in report and "oracle" not in report
     assert "## Pool size" in report and "## Overheads" in report and "Rewording:" in report
 
     def no_rerun(*args, **kwargs):

@@ -1,6 +1,9 @@
+import pytest
 import torch
 
-from hedgespec.evaluation import acceptance, acceptance_children
+from hedgespec.evaluation import acceptance
+from hedgespec.interfaces import Verified
+from hedgespec.transport import compact, expand
 
 
 def one_hot_argmax(dist: torch.Tensor) -> torch.Tensor:
@@ -36,30 +39,17 @@ def test_greedy_point_masses_give_argmax_agreement():
     assert 0 < agree.sum() < 50  # both outcomes occur
 
 
-def test_many_drafters_at_once_match_one_at_a_time():
-    torch.manual_seed(2)
-    p = torch.softmax(torch.randn(5, 7), -1)
-    q = torch.softmax(torch.randn(3, 5, 7), -1)
-    tokens = torch.multinomial(p, 1).squeeze(-1)
-    gamma, ratio = acceptance(p, q, tokens)
-    assert gamma.shape == ratio.shape == (3, 5)
-    for j in range(3):
-        g, a = acceptance(p, q[j], tokens)
-        assert torch.allclose(gamma[j], g) and torch.allclose(ratio[j], a)
-
-
-def test_impossible_token_keeps_ratio_finite():
-    p = torch.tensor([[0.0, 1.0]])
-    q = torch.tensor([[1.0, 0.0]])
-    gamma, ratio = acceptance(p, q, torch.tensor([0]))
-    assert gamma.item() == 0.0 and ratio.item() == 1.0
-
-
-def test_children_sum_target_mass_and_flag_the_committed_token():
-    p = torch.tensor([[0.1, 0.4, 0.3, 0.2], [0.7, 0.1, 0.1, 0.1]], dtype=torch.float64)
-    children = torch.tensor([[False, True, True, False], [False, True, False, True]])
-    gamma, ratio = acceptance_children(p, children, torch.tensor([2, 0]))
-    assert torch.allclose(gamma, torch.tensor([0.7, 0.2], dtype=torch.float64))
-    assert torch.equal(ratio, torch.tensor([1.0, 0.0], dtype=torch.float64))
-    greedy, _ = acceptance_children(one_hot_argmax(p), children, torch.tensor([1, 0]))
-    assert torch.equal(greedy, torch.tensor([1.0, 0.0], dtype=torch.float64))  # 1[argmax p in C]
+def test_a_committed_token_outside_the_wire_top_k_keeps_its_exact_ratio():
+    """Over Ray the target's rows travel as their top entries; the committed token's own p must travel
+    exactly beside them, or min(1, q/p) of a token outside them is taken as q/0 and forced to 1."""
+    vocab, tail = 1000, 900
+    p = torch.full((1, vocab), 0.5 / (vocab - 1))
+    p[0, 0] = 0.5  # one likely token, and a flat tail of tiny ones: token `tail` ranks far below the top 256
+    q = torch.full((1, vocab), 0.1 / (vocab - 1))
+    q[0, 0] = 0.9
+    verified = Verified([tail], 0, 0, p, torch.zeros(1, 4))
+    wire = expand(compact(verified, greedy=False), vocab)
+    _, ratio = acceptance(wire.probs, q, torch.tensor([tail]))
+    by_hand = min(1.0, (0.1 / 999) / (0.5 / 999))  # q(x) / p(x) at the committed token
+    assert ratio.item() == pytest.approx(by_hand, rel=1e-6)
+    assert wire.probs[0, tail].item() == pytest.approx(p[0, tail].item(), rel=1e-6)

@@ -49,8 +49,8 @@ def estimated_committed(p: ToyModel, drafters: list, prefix: tuple, k: int, esti
         contexts = [prefix + continuation[:j] for j in range(k)]
         target = torch.stack([p(c) for c in contexts])
         chance = float(np.prod([target[j, x].item() for j, x in enumerate(continuation)]))
-        q = torch.stack([torch.stack([d(c) for c in contexts]) for d in drafters])
-        gamma, ratio = acceptance(target, q, torch.tensor(continuation))
+        scored = [acceptance(target, torch.stack([d(c) for c in contexts]), torch.tensor(continuation)) for d in drafters]
+        gamma, ratio = (torch.stack([column[f] for column in scored]) for f in range(2))
         window = DelayedLosses(len(drafters), k, "eal", estimator)
         awake = np.ones(len(drafters), bool)
         matured = [m for j in range(k) for m in window.push(gamma[:, j].numpy(), ratio[:, j].numpy(), awake)]
@@ -123,14 +123,18 @@ def test_every_position_delivered_once_in_order(k, loss):
 
 
 def test_flush_treats_gamma_past_the_end_as_zero():
+    """Four positions, K = 3: the last two windows reach past the end, where nothing can be accepted.
+    Expected by hand, corrected estimator: AL_s = 1 + g_s + a_s g_{s+1} + a_s a_{s+1} g_{s+2}."""
+    g, a = [0.9, 0.5], [0.8, 0.7]  # per drafter, the same at every position
     window = DelayedLosses(2, 3)
-    rows = [(np.array([0.9, 0.5]), np.array([0.8, 0.7]), np.ones(2, bool)) for _ in range(4)]
+    rows = [(np.array(g), np.array(a), np.ones(2, bool)) for _ in range(4)]
     out = [m for row in rows for m in window.push(*row)] + window.flush()
-    gamma = np.array([r[0] for r in rows] + [np.zeros(2)] * 2)
-    ratio = np.array([r[1] for r in rows] + [np.zeros(2)] * 2)
+    assert [m.position for m in out] == [0, 1, 2, 3]
     for m in out:
-        window_rows = slice(m.position, m.position + 3)
-        np.testing.assert_allclose(m.losses, eal_loss(gamma[window_rows], ratio[window_rows]))
+        left = 4 - m.position  # positions that exist from s on (3 or more: the whole window)
+        for j in range(2):
+            terms = [1.0, g[j], a[j] * g[j], a[j] * a[j] * g[j]][:1 + min(3, left)]
+            assert m.losses[j] == pytest.approx(1 - sum(terms) / 4), (m.position, j)
 
 
 def test_sleeping_drafter_accepts_nothing_inside_its_window():

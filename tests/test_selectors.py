@@ -83,7 +83,7 @@ class Unreadable(list):
     __len__ = __getitem__ = __bool__ = __iter__
 
 
-@pytest.mark.parametrize("name", ["ucbspec", "exp3spec"])
+@pytest.mark.parametrize("name", ["ucbspec", "ucb1", "exp3spec"])
 def test_bandits_never_read_matured_losses(name):
     honest, _ = simulate(make_selector(name, len(RATES), K), seed=4)
     garbled, _ = simulate(make_selector(name, len(RATES), K), seed=4, garbage=True)
@@ -93,15 +93,16 @@ def test_bandits_never_read_matured_losses(name):
     bandit.observe(RoundFeedback(bandit.choose(None), 2, K, Unreadable()))
 
 
-@pytest.mark.parametrize("name", ["ucbspec", "exp3spec"])
+@pytest.mark.parametrize("name", ["ucbspec", "ucb1", "exp3spec"])
 def test_bandits_learn_from_committed_counts(name):
     choices, _ = simulate(make_selector(name, len(RATES), K), rounds=400)
     assert np.mean(np.array(choices[-100:]) == 1) > 0.6
 
 
-def test_ucbspec_plays_every_arm_once_first():
+@pytest.mark.parametrize("name", ["ucbspec", "ucb1"])
+def test_ucb_plays_every_arm_once_first(name):
     n = 6
-    selector = make_selector("ucbspec", n, K)
+    selector = make_selector(name, n, K)
     selector.begin("")
     first = []
     for _ in range(n):
@@ -119,7 +120,7 @@ def test_fixed_and_rule():
     assert rule.choose(None) == 0
 
 
-@pytest.mark.parametrize("name", ["fixed", "hedgespec", "hedgespec-sleeping", "hedge", "ucbspec", "exp3spec", "rule"])
+@pytest.mark.parametrize("name", ["fixed", "hedgespec", "hedgespec-sleeping", "hedge", "ucbspec", "ucb1", "exp3spec", "rule"])
 def test_every_name_builds_a_selector(name):
     options = {"fixed": {"index": 0}, "rule": {"primary": 0, "fallback": 1}}.get(name, {})
     selector = make_selector(name, 3, K, **options)
@@ -148,3 +149,25 @@ def test_bad_options_are_refused(name, options, message):
 def test_hedgespec_selector_direct_construction_validates():
     with pytest.raises(ValueError, match="base learner"):
         HedgeSpecSelector(3, base="exp3")
+
+
+def test_ucb1_settles_within_a_query_where_ucbspec_still_explores():
+    """At a long query's horizon (120 rounds, 5 arms, the best committing 3 tokens a round on average
+    and the others 2) method.md's radius keeps UCBSpec near round-robin; UCB1's sqrt(6 ln t / n)
+    bonus shrinks below the gap and settles on the best arm."""
+    n, rounds, best = 5, 120, 3
+    share = {}
+    for name in ("ucbspec", "ucb1"):
+        late = []
+        for seed in range(5):
+            rng = np.random.default_rng(seed)
+            selector = make_selector(name, n, K)
+            selector.begin("")
+            for t in range(rounds):
+                arm = selector.choose(None)
+                mean = 3 if arm == best else 2
+                selector.observe(RoundFeedback(arm, int(min(K + 1, 1 + rng.poisson(mean - 1))), K))
+                if t >= rounds // 2:
+                    late.append(arm == best)
+        share[name] = np.mean(late)
+    assert share["ucbspec"] < 0.45 < 0.6 < share["ucb1"], share

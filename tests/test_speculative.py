@@ -15,16 +15,38 @@ PROMPT = [3, 5, 2, 7]
 VOCAB = 8
 
 
+def reference_distribution(logits: np.ndarray, sampling: Sampling) -> np.ndarray:
+    """Target-only sampling's distribution from raw logits, written apart from sampling.process (in
+    float64, one token at a time): softmax at the temperature, the top_k most likely kept, then the
+    fewest most likely tokens whose mass reaches top_p, renormalised."""
+    z = logits.astype(np.float64) / sampling.temperature
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    ranked = sorted(range(len(probs)), key=lambda t: -probs[t])
+    keep = ranked[:sampling.top_k] if sampling.top_k else ranked
+    kept_mass = sum(probs[t] for t in keep)
+    nucleus, mass = [], 0.0
+    for t in keep:  # mass of the top-k renormalised distribution, most likely first
+        nucleus.append(t)
+        mass += probs[t] / kept_mass
+        if mass >= sampling.top_p:
+            break
+    out = np.zeros(len(probs))
+    out[nucleus] = probs[nucleus]
+    return out / out.sum()
+
+
 def exact_first_two(lm, sampling: Sampling) -> np.ndarray:
     """P(x1, x2 | PROMPT) of target-only sampling, by enumeration: [V*V]."""
     with torch.inference_mode():
-        p1 = process(lm.model(torch.tensor([PROMPT])).logits[0, -1:], sampling)[0]
+        def next_token(context):
+            return reference_distribution(lm.model(torch.tensor([context])).logits[0, -1].double().numpy(), sampling)
+        p1 = next_token(PROMPT)
         probs = np.zeros(VOCAB * VOCAB)
         for x1 in range(VOCAB):
             if p1[x1] == 0:
                 continue
-            p2 = process(lm.model(torch.tensor([PROMPT + [x1]])).logits[0, -1:], sampling)[0]
-            probs[x1 * VOCAB: (x1 + 1) * VOCAB] = (p1[x1] * p2).numpy()
+            probs[x1 * VOCAB: (x1 + 1) * VOCAB] = p1[x1] * next_token(PROMPT + [x1])
     return probs / probs.sum()
 
 

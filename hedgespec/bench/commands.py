@@ -19,7 +19,9 @@ def selectors(args, config, sampling) -> int:
     engine = Engine(config)
     routes = dict(r.split("=", 1) for r in args.route)
     chosen = selector_bench.default_selectors([d.name for d in engine.drafters], tuple(args.rule) if args.rule else None, routes)
-    result = selector_bench.run(engine, queries, chosen, args.max_tokens, sampling, args.seed)
+    if args.replay:
+        chosen = {label: c for label, c in chosen.items() if c.objective != "time"}
+    result = selector_bench.run(engine, queries, chosen, args.max_tokens, sampling, args.seed, replay=args.replay)
     result["workload"] = args.prompts or args.workload + (" (reworded)" if args.reworded else "")
     if args.json:
         with open(args.json, "w") as f:

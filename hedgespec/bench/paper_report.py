@@ -5,26 +5,48 @@ from pathlib import Path
 
 import numpy as np
 
-REGRET_METHODS = ("hedgespec", "hedge", "ucbspec", "exp3spec")
+from hedgespec.bench.selectors import BEST_PER_QUERY, CEILING
+
+REGRET_METHODS = ("hedgespec", "hedge", "ucbspec", "ucb1", "exp3spec")
+SCALING_METHODS = ("hedgespec", "ucbspec", "ucb1", "exp3spec", BEST_PER_QUERY, CEILING)
 
 
-def conditions(settings, config, temperature: float, queries: int | None = None) -> str:
+def conditions(settings, config, temperature: float, queries: int | None = None, max_tokens: int | None = None) -> str:
     return (f"target `{config.target.model}` ({config.target.dtype}, {config.target.device}), pool of "
             f"{len(config.drafters)} drafters from `{settings.config}`, K = {config.k}, temperature {temperature}, "
-            f"the first {queries or settings.queries} queries of the mixed stream (seed {settings.seed}), up to {settings.max_tokens} new tokens, "
+            f"the first {queries or settings.queries} queries of the mixed stream (seed {settings.seed}), up to "
+            f"{max_tokens or settings.max_tokens} new tokens, "
             f"{platform.machine()} with {os.cpu_count()} CPU cores, {config.threads} torch thread(s)")
 
 
 def main_table(result: dict) -> str:
     domains = sorted({d for d in result["domains"] if d})
     by_domain = {d: [i for i, q in enumerate(result["domains"]) if q == d] for d in domains}
-    head = "| method | " + " | ".join(domains) + " | mixed MAT | tokens/s |"
-    lines = [head, "|---|" + "---|" * (len(domains) + 2)]
+    speed = "" if result.get("replay") else " tokens/s |"
+    head = "| method | " + " | ".join(domains) + f" | MAT | MAT (pooled) | rounds per query | explored |{speed}"
+    lines = [head, "|---|" + "---|" * (len(domains) + 4 + bool(speed))]
     for label, s in result["selectors"].items():
         mats = s["per_query_mat"]
         cells = [f"{np.mean([mats[i] for i in by_domain[d]]):.2f}" for d in domains]
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {np.mean(mats):.3f} | {s['tokens_per_s']:.2f} |")
-    return "\n".join(lines) + "\n\nMAT is averaged per query (the oracle's unit); tokens/s is pooled over the run."
+        pooled = f"{s['pooled_mat']:.3f}" if "pooled_mat" in s else "—"
+        explored = f"{100 * s['explored_share']:.0f}%" if "explored_share" in s else "—"
+        row = (f"| {label} | " + " | ".join(cells) + f" | {np.mean(mats):.3f} | {pooled} | "
+               f"{np.mean(s['per_query_rounds']):.1f} | {explored} |")
+        if speed:
+            row += f" {s['tokens_per_s']:.2f} |" if "tokens_per_s" in s else " — |"
+        lines.append(row)
+    notes = ["MAT: committed tokens (the EOS included) per target forward, averaged per query, in every row and "
+             "domain cell; MAT (pooled): all committed tokens over all forwards of the run. explored: the share of "
+             "a bandit's rounds chosen by its bonus, not its best mean."]
+    if result.get("replay"):
+        notes.append("Every row is an exact greedy replay of the query's trajectory through the decode loop "
+                     "(bench/replay.py): MAT is exact, and no tokens/s is measured (README: `hedgespec bench speed`).")
+    else:
+        notes.append("tokens/s: committed tokens over wall time, averaged per query.")
+    notes.append(f"`{BEST_PER_QUERY}`: each query's best fixed run, picked in hindsight (a switching selector may "
+                 f"beat it). `{CEILING}`: the hindsight per-round choice of drafter and k that covers each trajectory "
+                 "in the fewest forwards (bench/ceiling.py), which no selector can beat.")
+    return "\n".join(lines) + "\n\n" + " ".join(notes)
 
 
 def checks(results: dict) -> list[str]:
@@ -37,7 +59,7 @@ def checks(results: dict) -> list[str]:
         base = "8" if "8" in sizes[:-1] else sizes[0]  # the paper's claim: N = 32 against N = 8
         first, last = results["scaling"][base], results["scaling"][sizes[-1]]
         lines.append(f"- Pool size {base} -> {sizes[-1]}: " + ", ".join(
-            f"{m} {100 * (last[m] / first[m] - 1):+.1f}%" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle")) + " MAT.")
+            f"{m} {100 * (last[m] / first[m] - 1):+.1f}%" for m in SCALING_METHODS if m in first) + " MAT.")
     if "shift" in results:
         shift = results["shift"]
         lines.append("- Rewording: " + ", ".join(
@@ -48,9 +70,17 @@ def checks(results: dict) -> list[str]:
 def greedy_checks(greedy: dict) -> list[str]:
     mat = {label: float(np.mean(s["per_query_mat"])) for label, s in greedy.items()}
     best_fixed = max((label for label in mat if label.startswith("fixed:")), key=mat.get)
-    lines = [f"- HedgeSpec / per-query oracle: {mat['hedgespec']:.3f} / {mat['oracle']:.3f} = "
-             f"**{mat['hedgespec'] / mat['oracle']:.3f}x**; best fixed drafter ({best_fixed}) {mat[best_fixed]:.3f}.",
-             *[f"- HedgeSpec against {b}: {100 * (mat['hedgespec'] / mat[b] - 1):+.1f}% MAT." for b in ("ucbspec", "exp3spec")]]
+    lines = []
+    if CEILING in mat:
+        lines.append(f"- HedgeSpec / per-round ceiling: {mat['hedgespec']:.3f} / {mat[CEILING]:.3f} = "
+                     f"**{mat['hedgespec'] / mat[CEILING]:.3f}x**.")
+    lines += [f"- HedgeSpec / best single drafter per query: {mat['hedgespec']:.3f} / {mat[BEST_PER_QUERY]:.3f} = "
+              f"**{mat['hedgespec'] / mat[BEST_PER_QUERY]:.3f}x**; best fixed drafter ({best_fixed}) {mat[best_fixed]:.3f}.",
+              *[f"- HedgeSpec against {b}: {100 * (mat['hedgespec'] / mat[b] - 1):+.1f}% MAT "
+                f"({greedy[b]['rounds_per_query']:.0f} rounds per query, {100 * greedy[b].get('explored_share', 0):.0f}% explored)"
+                if "explored_share" in greedy[b] else
+                f"- HedgeSpec against {b}: {100 * (mat['hedgespec'] / mat[b] - 1):+.1f}% MAT."
+                for b in ("ucbspec", "ucb1", "exp3spec") if b in mat]]
     if "rule" in mat:
         lines.append(f"- Sleeping HedgeSpec {mat['hedgespec-sleeping']:.3f} against the per-round rule {mat['rule']:.3f}.")
     return lines
@@ -90,8 +120,9 @@ def plots(out: Path, results: dict, max_tokens: int) -> None:
         sizes = sorted(results["scaling"], key=int)
 
         def scaling(ax):
-            for label in ("hedgespec", "ucbspec", "exp3spec", "oracle"):
-                ax.plot([int(n) for n in sizes], [results["scaling"][n][label] for n in sizes], marker="o", label=label)
+            for label in SCALING_METHODS:
+                if all(label in results["scaling"][n] for n in sizes):
+                    ax.plot([int(n) for n in sizes], [results["scaling"][n][label] for n in sizes], marker="o", label=label)
             ax.set(xlabel="drafters in the pool (N)", ylabel="MAT", xscale="log", title="MAT against pool size")
             ax.set_xticks([int(n) for n in sizes], sizes)
         _figure(out / "scaling.png", scaling)
@@ -111,22 +142,20 @@ def write(out: Path, results: dict, settings, config) -> None:
                                   "committed token: " + ", ".join(f"{m} {r['selectors'][m]['regret_per_token']:.4f}"
                                                                   for m in REGRET_METHODS if m in r["selectors"]) + ".\n"],
         "main-sampling": lambda r: ["## Main table, sampling\n",
-                                    f"Conditions: {conditions(settings, config, settings.temperature, subset)}.\n",
+                                    f"Conditions: {conditions(settings, config, settings.temperature, subset, settings.live_max_tokens)}.\n",
                                     main_table(r)],
-        "scaling": lambda r: ["## Pool size\n", "Greedy; the pool is grown with decoy drafters (datastores over "
-                              f"token-shuffled domain text). {conditions(settings, config, 0.0, subset)}.\n",
-                              "The learners' MAT is pooled over the run (committed tokens per target forward); "
-                              "the oracle's is the mean over queries of the best drafter's MAT (exact replay), so "
-                              "compare each column with itself across N.\n",
-                              "| N | hedgespec | ucbspec | exp3spec | oracle |", "|---|---|---|---|---|",
-                              *[f"| {n} | " + " | ".join(f"{r[n][m]:.3f}" for m in ("hedgespec", "ucbspec", "exp3spec", "oracle"))
+        "scaling": lambda r: ["## Pool size\n", "Greedy, exact replay; the pool is grown with decoy drafters (datastores "
+                              f"over token-shuffled domain text). {conditions(settings, config, 0.0, subset)}.\n",
+                              "MAT averaged per query in every column.\n",
+                              "| N | " + " | ".join(SCALING_METHODS) + " |", "|---|" + "---|" * len(SCALING_METHODS),
+                              *[f"| {n} | " + " | ".join(f"{r[n][m]:.3f}" if m in r[n] else "—" for m in SCALING_METHODS)
                                 + " |" for n in sorted(r, key=int)], "\n![scaling](scaling.png)\n"],
         "shift": lambda r: ["## Distribution shift (reworded prompts)\n", f"Greedy. {conditions(settings, config, 0.0)}.\n",
                             "| method | original | reworded | change |", "|---|---|---|---|",
                             *[f"| {m} | {r['original'][m]:.3f} | {r['reworded'][m]:.3f} | "
                               f"{100 * (r['reworded'][m] / r['original'][m] - 1):+.1f}% |" for m in r["original"]]],
         "overhead": lambda r: ["## Overheads\n", f"Greedy, {r['round']['rounds']} rounds of the first 3 queries. "
-                               f"{conditions(settings, config, 0.0)}.\n", "| part of a round | ms | share |", "|---|---|---|",
+                               f"{conditions(settings, config, 0.0, max_tokens=settings.live_max_tokens)}.\n", "| part of a round | ms | share |", "|---|---|---|",
                                *[f"| {k} | {v:.2f} | {100 * r['round']['share'][k]:.1f}% |" for k, v in
                                  sorted(r["round"]["ms_per_round"].items(), key=lambda kv: -kv[1])],
                                "\nLearner update + weights (us): " + "; ".join(

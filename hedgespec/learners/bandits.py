@@ -38,18 +38,24 @@ class UCBSpecSelector:
         self.plays = np.zeros(self.n)
         self.total = np.zeros(self.n)
         self.t = 0  # rounds observed in this query
+        self.explored = 0  # choices in this query that the bonus made: not the best mean among the awake
 
     def choose(self, awake: np.ndarray | None) -> int:
         mask = awake_mask(awake, self.n)
         unplayed = np.flatnonzero(mask & (self.plays == 0))
         if unplayed.size:
+            self.explored += 1
             return int(unplayed[0])
-        t = self.t + 1
         plays = np.maximum(self.plays, 1)  # every awake arm has been played; this spares asleep ones
-        radius = (self.k / 2) * np.sqrt(
-            (1 + plays) / plays**2 * (1 + 2 * np.log(self.n * t * t * np.sqrt(1 + plays) / self.delta))
-        )
-        return int(np.argmax(np.where(mask, self.total / plays + radius, -np.inf)))
+        means = np.where(mask, self.total / plays, -np.inf)
+        choice = int(np.argmax(np.where(mask, means + self.radius(plays, self.t + 1), -np.inf)))
+        self.explored += bool(means[choice] < means.max())
+        return choice
+
+    def radius(self, plays: np.ndarray, t: int) -> np.ndarray:
+        """method.md's confidence radius: at a query's few dozen rounds it exceeds the whole reward
+        range [1, K+1], so the arms are played in turn for the entire query."""
+        return (self.k / 2) * np.sqrt((1 + plays) / plays**2 * (1 + 2 * np.log(self.n * t * t * np.sqrt(1 + plays) / self.delta)))
 
     def observe(self, round: RoundFeedback) -> None:
         if round.chosen is not None:
@@ -59,6 +65,18 @@ class UCBSpecSelector:
 
     def end(self) -> None:
         """Nothing outlives a query."""
+
+
+class UCB1Selector(UCBSpecSelector):
+    """UCB1 with the bonus of BanditSpec's public code, sqrt(6 ln t / n_i), on the mean committed
+    count: a radius that shrinks within a query's horizon, the tuned baseline beside UCBSpec's."""
+
+    def __init__(self, n: int, k: int):
+        super().__init__(n, k)
+        self.name = "ucb1"
+
+    def radius(self, plays: np.ndarray, t: int) -> np.ndarray:
+        return np.sqrt(6 * math.log(t) / plays)
 
 
 class EXP3SpecSelector:
@@ -75,6 +93,7 @@ class EXP3SpecSelector:
         self.estimated = np.zeros(self.n)
         self.t = 0
         self.probs = np.full(self.n, 1.0 / self.n)  # the distribution of the last choice
+        self.last_probability: float | None = None  # that of the arm it drew
 
     def choose(self, awake: np.ndarray | None) -> int:
         mask = awake_mask(awake, self.n)
@@ -82,12 +101,22 @@ class EXP3SpecSelector:
         x = np.where(mask, -eta * self.estimated, -np.inf)
         w = np.exp(x - x.max())
         self.probs = w / w.sum()
-        return sample_index(self.probs, self.rng)
+        choice = sample_index(self.probs, self.rng)
+        self.last_probability = float(self.probs[choice])
+        return choice
 
     def observe(self, round: RoundFeedback) -> None:
-        if round.chosen is not None:
-            self.estimated += exp3_loss_estimate(round.chosen, round.committed, round.k, self.probs)
-            self.t += 1
+        """A round played by the draw it came from is weighted by that draw's probability (carried
+        with the feedback where the choice was played late); a round its draw did not play teaches
+        the importance-weighted estimate nothing."""
+        if round.chosen is None:
+            return
+        played = self.probs[round.chosen] if round.played_probability is None else round.played_probability
+        if played > 0:
+            probs = np.zeros(self.n)
+            probs[round.chosen] = played
+            self.estimated += exp3_loss_estimate(round.chosen, round.committed, round.k, probs)
+        self.t += 1
 
     def end(self) -> None:
         """Nothing outlives a query."""

@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from hedgespec.feedback import RoundFeedback, check_choice
-from hedgespec.learners.bandits import EXP3SpecSelector, UCBSpecSelector, check_pool
+from hedgespec.learners.bandits import EXP3SpecSelector, UCB1Selector, UCBSpecSelector, check_pool
 from hedgespec.learners.delay import BoldReduction, QueueReduction
 from hedgespec.learners.experts import LEARNERS, awake_mask, sample_index
 
@@ -145,6 +145,7 @@ SELECTORS = {
     "hedgespec-sleeping": (HedgeSpecSelector, {"base": "adanormalhedge", "name": "hedgespec-sleeping"}),
     "hedge": (HedgeSpecSelector, {"base": "hedge", "name": "hedge"}),
     "ucbspec": (UCBSpecSelector, {}),
+    "ucb1": (UCB1Selector, {}),
     "exp3spec": (EXP3SpecSelector, {}),
     "rule": (RuleSelector, {}),
 }

@@ -11,6 +11,9 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 
+DrafterKind = Literal["lm", "prompt_lookup", "eagle", "datastore"]
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -25,7 +28,7 @@ class TargetConfig(Strict):
 
 class DrafterConfig(Strict):
     name: str = Field(min_length=1)
-    kind: Literal["lm", "prompt_lookup", "eagle", "datastore"]
+    kind: DrafterKind
     model: str | None = Field(None, description="lm: a model name as for the target, sharing its tokenizer")
     artifact: str | None = Field(None, description="eagle (head .safetensors) / datastore (.npz): a path, "
                                                    "relative ones resolved against the cache directory")
@@ -82,14 +85,41 @@ def default_pool() -> list[DrafterConfig]:
     return [DrafterConfig(name="prompt-lookup", kind="prompt_lookup", max_ngram=3, min_ngram=1)]
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_pool_file(path: str) -> Path:
+    """A pool file as named in a config: absolute, or relative to the current directory, else to the
+    project root (where `configs/` lives: a Serve replica or a KubeRay pod may run elsewhere)."""
+    for candidate in (Path(path), PROJECT_ROOT / path):
+        if candidate.is_file():
+            return candidate
+    raise ValueError(f"pool file {path!r} not found (relative paths: from the current directory or {PROJECT_ROOT})")
+
+
 class EngineConfig(Strict):
     target: TargetConfig = TargetConfig()
+    pool: str | None = Field(None, description=(
+        "a YAML file whose `drafters` come first in the pool (configs/pool.yaml: the one definition of the "
+        "embedded pool, shared by the experiments and the served app); `drafters` then lists only additions. "
+        "Resolved when the config is loaded"))
     drafters: list[DrafterConfig] = Field(default_factory=default_pool)
     k: int = Field(5, ge=1, le=16, description="draft tokens per round")
     selector: SelectorConfig = SelectorConfig()
     # measured on 2 shared cores: 2 threads were never faster than 1 for batch-1 decoding of the
     # 135M target, and at times 6x slower (OpenMP threads starved by a busy neighbour)
     threads: int | None = Field(1, ge=1, description="torch CPU threads per model process (None: torch's choice)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_pool(cls, data):
+        """`pool` is replaced by the file's drafters, so a resolved config (sent to a replica) is final."""
+        if isinstance(data, dict) and data.get("pool"):
+            document = yaml.safe_load(resolve_pool_file(data["pool"]).read_text()) or {}
+            if not isinstance(document.get("drafters"), list):
+                raise ValueError(f"pool file {data['pool']!r} has no `drafters` list")
+            data = {**data, "pool": None, "drafters": document["drafters"] + list(data.get("drafters") or [])}
+        return data
 
     @model_validator(mode="after")
     def _unique_names(self):
@@ -133,14 +163,21 @@ class AutoscalingConfig(Strict):
 
 
 class GroupConfig(Strict):
-    """A drafter group: one Ray Serve deployment hosting some drafters of the pool."""
+    """A drafter group: one Ray Serve deployment hosting some drafters of the pool, named or by kind."""
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
-    drafters: list[str] = Field(min_length=1, description="names from engine.drafters")
+    drafters: list[str] = Field(default_factory=list, description="names from engine.drafters")
+    kinds: list[DrafterKind] = Field(default_factory=list, description="or: every drafter of the pool of these kinds")
     num_replicas: int = Field(1, ge=1, le=64, description="fixed replica count (ignored with autoscaling)")
     autoscaling: AutoscalingConfig | None = None
     num_cpus: float = Field(0.25, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     resources: CustomResources = Field(default_factory=dict, description="custom Ray resources per replica")
+
+    @model_validator(mode="after")
+    def _one_selection(self):
+        if bool(self.drafters) == bool(self.kinds):
+            raise ValueError(f"group {self.name!r}: name its `drafters` or their `kinds`, one of the two")
+        return self
 
 
 class LimitsConfig(Strict):
@@ -179,14 +216,23 @@ class ServeConfig(Strict):
         names = [d.name for d in self.engine.drafters]
         if self.engine.selector.delay != "queue":
             raise ValueError("the Serve selector runs the queue delay reduction (selector.delay: queue)")
-        placed = [d for g in self.groups for d in g.drafters]
+        groups = self.drafter_groups()
+        empty = [g.name for g in groups if not g.drafters]
+        if empty:
+            raise ValueError(f"groups {empty} hold no drafter of the pool {names}")
+        placed = [d for g in groups for d in g.drafters]
         if self.groups and sorted(placed) != sorted(names):
             raise ValueError(f"groups must place every drafter exactly once: pool {names}, groups {placed}")
         return self
 
     def drafter_groups(self) -> list[GroupConfig]:
+        """The groups with their drafters named (a group by kind gets the pool's drafters of its kinds, in order)."""
         names = [d.name for d in self.engine.drafters]
-        return self.groups or ([GroupConfig(name="drafters", drafters=names)] if names else [])
+        if not self.groups:
+            return [GroupConfig(name="drafters", drafters=names)] if names else []
+        return [g if g.drafters else g.model_copy(update={"drafters": [d.name for d in self.engine.drafters if d.kind in g.kinds],
+                                                           "kinds": []})
+                for g in self.groups]
 
 
 def load_serve_config(path: str | Path) -> ServeConfig:

@@ -92,8 +92,8 @@ def build_selector(config: SelectorConfig, names: list[str], k: int, seed: int =
         return RouterSelector(len(names), trained_classifier(), routes, names.index(config.fallback))
     options = {"fixed": lambda: {"index": names.index(config.drafter)},
                "rule": lambda: {"primary": names.index(config.drafter), "fallback": names.index(config.fallback)},
-               "ucbspec": lambda: {"delta": config.delta},
-               "ucb1": dict,
+               "ucbspec": lambda: {"delta": config.delta, "seed": seed},
+               "ucb1": lambda: {"seed": seed},
                "exp3spec": lambda: {"seed": seed}}.get(config.name)
     if options is None:  # the full-information learners
         options = lambda: {"delay": config.delay, "act": config.act, "warm_start": config.warm_start, "seed": seed}

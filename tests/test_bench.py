@@ -70,6 +70,9 @@ def test_speed_benchmark_runs_every_side_on_tiny_models():
     assert all(s["identical"] == 2 for s in sides.values())
     calibration = result["calibration"]["same-model"]
     assert calibration["best_k"] == max(calibration["per_k"], key=lambda k: calibration["per_k"][k]["predicted_tokens_per_s"])
+    # the hindsight per-round plan over time can always play any single drafter at any K: never slower
+    singles = [c["per_k"][k]["predicted_tokens_per_s"] for c in result["calibration"].values() for k in c["per_k"]]
+    assert result["time_ceiling"]["predicted_tokens_per_s"] >= 0.99 * max(singles)  # 1%: the last rounds draft fewer, timed apart
     assert calibration["per_k"][4]["mat"] > calibration["per_k"][1]["mat"]  # the target's own weights accept all K
     assert "same-model@" in " ".join(sides)  # the drafter that accepts everything is among the fastest singles
     json.dumps(result)

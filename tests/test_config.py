@@ -2,6 +2,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from hedgespec.config import EngineConfig, ServeConfig, load_config, load_serve_config
@@ -86,3 +87,31 @@ def test_cpu_serve_configs_fit_the_two_core_machine_they_are_documented_for(path
     config = load_serve_config(path)
     groups = sum(g.num_cpus * g.num_replicas for g in config.drafter_groups())
     assert config.target_num_cpus + groups + 2 * config.small_num_cpus <= 2.0
+
+
+def test_a_pool_file_is_the_one_list_of_drafters(tmp_path, monkeypatch):
+    """`pool:` names a file whose drafters come first, `drafters:` adds to them; groups may take the
+    pool's drafters by kind. A resolved config validates again unchanged (what replicas receive)."""
+    pool = tmp_path / "pool.yaml"
+    pool.write_text("drafters:\n  - {name: look, kind: prompt_lookup}\n  - {name: store, kind: datastore, artifact: s.npz}\n")
+    config = ServeConfig.model_validate({
+        "engine": {"pool": str(pool), "drafters": [{"name": "look-2", "kind": "prompt_lookup", "min_ngram": 2}]},
+        "groups": [{"name": "lookups", "kinds": ["prompt_lookup"]}, {"name": "stores", "drafters": ["store"]}]})
+    assert [d.name for d in config.engine.drafters] == ["look", "store", "look-2"]
+    assert [(g.name, g.drafters) for g in config.drafter_groups()] == [("lookups", ["look", "look-2"]), ("stores", ["store"])]
+    assert ServeConfig.model_validate(config.model_dump()) == config
+    monkeypatch.chdir(tmp_path)  # a relative pool path falls back to the project root
+    assert [d.name for d in EngineConfig.model_validate({"pool": "configs/pool.yaml"}).drafters] == \
+        [d["name"] for d in yaml.safe_load((ROOT / "configs/pool.yaml").read_text())["drafters"]]
+    with pytest.raises(ValidationError, match="not found"):
+        EngineConfig.model_validate({"pool": "nowhere.yaml"})
+    with pytest.raises(ValidationError, match="one of the two"):
+        ServeConfig.model_validate({"groups": [{"name": "g", "drafters": ["prompt-lookup"], "kinds": ["eagle"]}]})
+    with pytest.raises(ValidationError, match="hold no drafter"):
+        ServeConfig.model_validate({"groups": [{"name": "g", "drafters": ["prompt-lookup"]}, {"name": "h", "kinds": ["eagle"]}]})
+
+
+def test_the_served_app_and_the_experiments_use_the_same_pool():
+    experiments = load_config(ROOT / "configs/pool.yaml").drafters
+    assert load_serve_config(ROOT / "serve_config.yaml").engine.drafters == experiments
+    assert load_config(ROOT / "configs/matrix.yaml").drafters[:len(experiments)] == experiments

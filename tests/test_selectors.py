@@ -171,3 +171,11 @@ def test_ucb1_settles_within_a_query_where_ucbspec_still_explores():
                     late.append(arm == best)
         share[name] = np.mean(late)
     assert share["ucbspec"] < 0.45 < 0.6 < share["ucb1"], share
+
+
+@pytest.mark.parametrize("name", ["ucbspec", "ucb1"])
+def test_ucb_breaks_ties_at_random_not_towards_the_first_drafter(name):
+    """A query's first round is a tie among all arms: across seeds it must not always go to arm 0
+    (the pool's first drafter, often its best fixed one)."""
+    first = {make_selector(name, 6, K, seed=seed).choose(None) for seed in range(20)}
+    assert len(first) >= 4

@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 from hedgespec.bench.forward import forward_ms
-from hedgespec.bench.replay import replay_one, trajectory
+from hedgespec.bench.ceiling import least_time
+from hedgespec.bench.replay import acceptance_table, replay_one, trajectory
 from hedgespec.config import FULL_INFORMATION, SelectorConfig
 from hedgespec.engine import Engine
 from hedgespec.sampling import Sampling
@@ -29,7 +30,8 @@ TARGET_ONLY = "target-only"
 
 
 def best_k(engine: Engine, prompts: list[str], max_tokens: int) -> dict[str, dict]:
-    """Per drafter: predicted tokens/s at each K (replay MAT over measured round cost) and the best K."""
+    """Per drafter ("drafters"): predicted tokens/s at each K (replay MAT over measured round cost)
+    and the best K; and the per-round ceiling over time, priced the same way ("ceiling")."""
     k_max = engine.config.k
     context = int(np.mean([len(engine.encode(p)) for p in prompts]))
     verify_s = {n: ms / 1e3 for n, ms in forward_ms(engine.target.lm, context, range(1, k_max + 2), repeats=5).items()}
@@ -45,10 +47,29 @@ def best_k(engine: Engine, prompts: list[str], max_tokens: int) -> dict[str, dic
             tokens = sum(len(path) for _, path, _ in paths)
             # a round: the drafts it proposed (rounds where it slept cost a plain verify) and the verify of k+1
             seconds = proposing.seconds + (rounds - proposing.calls) * verify_s[1] + proposing.calls * verify_s[k + 1]
-            per_k[k] = {"mat": tokens / rounds, "predicted_tokens_per_s": tokens / seconds}
+            per_k[k] = {"mat": tokens / rounds, "predicted_tokens_per_s": tokens / seconds,
+                        "propose_s": proposing.seconds / max(1, proposing.calls)}
         best = max(per_k, key=lambda k: per_k[k]["predicted_tokens_per_s"])
         out[drafter.name] = {"best_k": best, "per_k": per_k}
-    return out
+    return {"drafters": out, "ceiling": time_ceiling(engine, paths, out, verify_s, max_tokens)}
+
+
+def time_ceiling(engine: Engine, paths: list, calibrated: dict, verify_s: dict, max_tokens: int) -> dict:
+    """The per-round ceiling over time on the calibration prompts (bench/ceiling.py): the hindsight
+    choice, each round, of the drafter and k (or the plain step) that commits the trajectory in the
+    least time, priced like the singles' predictions (a round: its draft + the verify of k+1)."""
+    names = [d.name for d in engine.drafters]
+
+    def cost(d, k):
+        return verify_s[k + 1] + (0.0 if d is None else calibrated[names[d]]["per_k"][k]["propose_s"])
+    tokens = seconds = 0.0
+    for prompt, path, hidden in paths:
+        table = np.array([acceptance_table(d, prompt, path, hidden, engine.target.vocab, engine.config.k, max_tokens)
+                          for d in engine.drafters])
+        budgets = np.minimum(engine.config.k, max_tokens - 1 - np.arange(len(path)))
+        best, _ = least_time(table, budgets, cost)
+        tokens, seconds = tokens + len(path), seconds + best
+    return {"predicted_tokens_per_s": tokens / seconds, "prompts": len(paths)}
 
 
 class _TimedPropose:
@@ -91,7 +112,8 @@ def sides(engine: Engine, calibration: dict[str, dict] | None, singles: int) -> 
 def run(engine: Engine, prompts: list[str], sampling: Sampling, max_tokens: int, seed: int, singles: int = 3,
         calibration: int = 3) -> dict:
     engine.generate(prompts[0], 8, sampling, seed)  # warm-up: first forwards pay one-off costs
-    calibrated = best_k(engine, prompts[:calibration], max_tokens) if sampling.greedy and engine.drafters else None
+    predicted = best_k(engine, prompts[:calibration], max_tokens) if sampling.greedy and engine.drafters else None
+    calibrated = predicted["drafters"] if predicted else None
     runners = sides(engine, calibrated, singles)
     totals = {label: {"tokens": 0, "seconds": 0.0, "forwards": 0, "verify_s": 0.0, "draft_s": 0.0,
                       "scoring_beside_s": 0.0, "identical": 0, "per_prompt_tokens_per_s": []} for label in runners}
@@ -129,7 +151,8 @@ def run(engine: Engine, prompts: list[str], sampling: Sampling, max_tokens: int,
                for label, (side, _) in runners.items() if "(" in label}
     return {"target": engine.config.target.model, "dtype": engine.dtype, "drafters": names,
             "k": engine.config.k, "temperature": sampling.temperature, "max_tokens": max_tokens, "prompts": len(prompts),
-            "calibration": calibrated, "best_single": best_single, "sides": totals, "learned": learned}
+            "calibration": calibrated, "time_ceiling": predicted["ceiling"] if predicted else None,
+            "best_single": best_single, "sides": totals, "learned": learned}
 
 
 def table(result: dict) -> str:
@@ -163,6 +186,12 @@ def main(engine: Engine, sampling: Sampling, max_tokens: int, seed: int, prompts
     for name, row in result["learned"][spec]["depth_factors"].items():
         if row["rounds"]:
             print(f"  {name:22s} {row['rounds']:5.0f} rounds  " + " ".join(f"{f:.2f}" for f in row["factors"]))
+    if result["time_ceiling"]:
+        ceiling, n = result["time_ceiling"]["predicted_tokens_per_s"], result["time_ceiling"]["prompts"]
+        measured = np.mean(sides_[spec]["per_prompt_tokens_per_s"][:n])
+        print(f"\nper-round ceiling over time (the best drafter and k of every round in hindsight, priced as the "
+              f"predictions above) on the first {n} prompts: {ceiling:.1f} tokens/s; {spec} measured {measured:.1f} "
+              f"there ({measured / ceiling:.2f}x)")
     if result["best_single"]:
         print(f"\n{spec} / best single drafter ({result['best_single']}): "
               f"{sides_[spec]['tokens_per_s'] / sides_[result['best_single']]['tokens_per_s']:.2f}x")

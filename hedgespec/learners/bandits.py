@@ -24,14 +24,16 @@ def exp3_loss_estimate(chosen: int, committed: int, k: int, probs: np.ndarray) -
 
 
 class UCBSpecSelector:
-    """Each arm once, then argmax mu_i + (K/2) sqrt(((1+n_i)/n_i^2)(1 + 2 ln(N t^2 sqrt(1+n_i)/delta)))."""
+    """Each arm once, then argmax mu_i + (K/2) sqrt(((1+n_i)/n_i^2)(1 + 2 ln(N t^2 sqrt(1+n_i)/delta))).
+    Ties (the unplayed arms first of all) are broken at random, not towards the pool's first drafter."""
 
-    def __init__(self, n: int, k: int, delta: float = 0.05):
+    def __init__(self, n: int, k: int, delta: float = 0.05, seed: int = 0):
         if not 0.0 < delta < 1.0:
             raise ValueError(f"delta must lie in (0, 1), got {delta}")
         check_pool(n, k)
         self.name = "ucbspec"
         self.n, self.k, self.delta = n, k, delta
+        self.rng = np.random.default_rng(seed)
         self.begin("")
 
     def begin(self, prompt_text: str) -> None:
@@ -45,10 +47,11 @@ class UCBSpecSelector:
         unplayed = np.flatnonzero(mask & (self.plays == 0))
         if unplayed.size:
             self.explored += 1
-            return int(unplayed[0])
+            return int(self.rng.choice(unplayed))
         plays = np.maximum(self.plays, 1)  # every awake arm has been played; this spares asleep ones
         means = np.where(mask, self.total / plays, -np.inf)
-        choice = int(np.argmax(np.where(mask, means + self.radius(plays, self.t + 1), -np.inf)))
+        index = np.where(mask, means + self.radius(plays, self.t + 1), -np.inf)
+        choice = int(self.rng.choice(np.flatnonzero(index == index.max())))
         self.explored += bool(means[choice] < means.max())
         return choice
 
@@ -71,8 +74,8 @@ class UCB1Selector(UCBSpecSelector):
     """UCB1 with the bonus of BanditSpec's public code, sqrt(6 ln t / n_i), on the mean committed
     count: a radius that shrinks within a query's horizon, the tuned baseline beside UCBSpec's."""
 
-    def __init__(self, n: int, k: int):
-        super().__init__(n, k)
+    def __init__(self, n: int, k: int, seed: int = 0):
+        super().__init__(n, k, seed=seed)
         self.name = "ucb1"
 
     def radius(self, plays: np.ndarray, t: int) -> np.ndarray:

@@ -157,6 +157,8 @@ class RemoteSelector:
         self.calls("end", [])
         self.calls = Calls(self.handle, f"{self.request_id}~{self.attempt}")
         self.down_until, self.next_choice, self.feedback = None, None, []
+        if self.choice is not None:  # kept as the arm to play, but it is no draw of the new learner
+            self.choice = (self.choice[0], 0.0)
         self.recoveries += 1
         self.begin(self.prompt_text)
 

@@ -42,7 +42,7 @@ def main_table(result: dict) -> str:
         notes.append("Every row is an exact greedy replay of the query's trajectory through the decode loop "
                      "(bench/replay.py): MAT is exact, and no tokens/s is measured (README: `hedgespec bench speed`).")
     else:
-        notes.append("tokens/s: committed tokens over wall time, averaged per query.")
+        notes.append("tokens/s: output tokens over wall time, averaged per query.")
     notes.append(f"`{BEST_PER_QUERY}`: each query's best fixed run, picked in hindsight (a switching selector may "
                  f"beat it). `{CEILING}`: the hindsight per-round choice of drafter and k that covers each trajectory "
                  "in the fewest forwards (bench/ceiling.py), which no selector can beat.")
@@ -74,13 +74,14 @@ def greedy_checks(greedy: dict) -> list[str]:
     if CEILING in mat:
         lines.append(f"- HedgeSpec / per-round ceiling: {mat['hedgespec']:.3f} / {mat[CEILING]:.3f} = "
                      f"**{mat['hedgespec'] / mat[CEILING]:.3f}x**.")
-    lines += [f"- HedgeSpec / best single drafter per query: {mat['hedgespec']:.3f} / {mat[BEST_PER_QUERY]:.3f} = "
-              f"**{mat['hedgespec'] / mat[BEST_PER_QUERY]:.3f}x**; best fixed drafter ({best_fixed}) {mat[best_fixed]:.3f}.",
-              *[f"- HedgeSpec against {b}: {100 * (mat['hedgespec'] / mat[b] - 1):+.1f}% MAT "
-                f"({greedy[b]['rounds_per_query']:.0f} rounds per query, {100 * greedy[b].get('explored_share', 0):.0f}% explored)"
-                if "explored_share" in greedy[b] else
-                f"- HedgeSpec against {b}: {100 * (mat['hedgespec'] / mat[b] - 1):+.1f}% MAT."
-                for b in ("ucbspec", "ucb1", "exp3spec") if b in mat]]
+    lines.append(f"- HedgeSpec / best single drafter per query: {mat['hedgespec']:.3f} / {mat[BEST_PER_QUERY]:.3f} = "
+                 f"**{mat['hedgespec'] / mat[BEST_PER_QUERY]:.3f}x**; best fixed drafter ({best_fixed}) {mat[best_fixed]:.3f}.")
+    for bandit in ("ucbspec", "ucb1", "exp3spec"):
+        if bandit in mat:
+            row = greedy[bandit]
+            how = (f" ({row['rounds_per_query']:.0f} rounds per query, {100 * row['explored_share']:.0f}% of them chosen "
+                   "by the bonus)" if "explored_share" in row else "")
+            lines.append(f"- HedgeSpec against {bandit}: {100 * (mat['hedgespec'] / mat[bandit] - 1):+.1f}% MAT{how}.")
     if "rule" in mat:
         lines.append(f"- Sleeping HedgeSpec {mat['hedgespec-sleeping']:.3f} against the per-round rule {mat['rule']:.3f}.")
     return lines

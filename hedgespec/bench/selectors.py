@@ -151,8 +151,8 @@ def _count(result: dict, gen: Generation, timed: bool) -> None:
     result["forwards"] += gen.target_forwards
     result["per_query_mat"].append(gen.mat)
     result["per_query_rounds"].append(gen.target_forwards)
-    if timed:
-        result["per_query_tokens_per_s"].append(committed / gen.seconds)
+    if timed:  # tokens/s of the text shown: the EOS is not an output token
+        result["per_query_tokens_per_s"].append(len(gen.tokens) / gen.seconds)
 
 
 def _summary(result: dict) -> dict:

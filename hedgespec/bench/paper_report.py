@@ -6,13 +6,15 @@ from pathlib import Path
 import numpy as np
 
 from hedgespec.bench.selectors import BEST_PER_QUERY, CEILING
+from hedgespec.models.loading import resolve_dtype
 
 REGRET_METHODS = ("hedgespec", "hedge", "ucbspec", "ucb1", "exp3spec")
 SCALING_METHODS = ("hedgespec", "ucbspec", "ucb1", "exp3spec", BEST_PER_QUERY, CEILING)
 
 
 def conditions(settings, config, temperature: float, queries: int | None = None, max_tokens: int | None = None) -> str:
-    return (f"target `{config.target.model}` ({config.target.dtype}, {config.target.device}), pool of "
+    dtype = resolve_dtype(config.target.dtype, config.target.device)
+    return (f"target `{config.target.model}` ({dtype}, {config.target.device}), pool of "
             f"{len(config.drafters)} drafters from `{settings.config}`, K = {config.k}, temperature {temperature}, "
             f"the first {queries or settings.queries} queries of the mixed stream (seed {settings.seed}), up to "
             f"{max_tokens or settings.max_tokens} new tokens, "

@@ -140,10 +140,12 @@ class RemoteSelector:
         try:
             if self.choice is None and self.next_choice is None:  # the first round waits, briefly
                 self.choice = step.result(timeout_s=FIRST_CHOICE_TIMEOUT_S)
-            elif self.next_choice is not None and self.next_choice.done():
-                self.choice = self.next_choice.result()
+            elif self.next_choice is not None:
+                # the answer to the round before: a fixed lag of one round (it had a whole round to
+                # arrive), so that the choices, and a seeded sampled text, do not depend on timing
+                self.choice = self.next_choice.result(timeout=FIRST_CHOICE_TIMEOUT_S)
         except TimeoutError:
-            pass  # a busy or restarting selector: this round draws uniformly, the step answers later
+            pass  # a busy or restarting selector: this round keeps the older choice (or draws uniformly)
         except Exception:
             self.down_until = time.monotonic() + RETRY_AFTER_S
             return self._fallback(awake)

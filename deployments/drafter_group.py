@@ -59,10 +59,11 @@ class DrafterGroup:
     async def observe(self, request_id: str, seq: int, verified: Verified) -> tuple[Scores, np.ndarray]:
         async with self.order.turn(request_id, seq):  # only the hand-over is ordered: the scoring runs beside
             self._state(request_id)
+            index = self.pool.evaluated(request_id)
             scores = self.pool.evaluate(request_id, expand(verified, self.vocab))
         with self.metrics.timed("hedgespec_evaluation_phase_seconds", group=self.label):
             result = await asyncio.wrap_future(scores)
-        return result, self.pool.ready_after_latest(request_id)
+        return result, self.pool.ready_after(request_id, index)
 
     async def release(self, request_id: str, seq: int) -> None:
         async with self.order.turn(request_id, seq):

@@ -32,8 +32,8 @@ class _Group:
         self.calls = Calls(handle, request_id, affinity=True)
         self.state = "up"
         self.begun: DeploymentResponse | None = None
-        self.ready = np.zeros(len(names), dtype=bool)
-        self.ready_round = -1  # which round's scores `ready` comes from: a later round's may land first
+        self.ready = np.zeros(len(names), dtype=bool)  # after the prompt (or a rebuild's history)
+        self.ready_by_round: dict[int, np.ndarray] = {}  # round -> the flags right after it
         self.retry_at = 0.0
         self.retired: list[Calls] = []  # the keys before a rebuild: a replica that failed a call may still hold one
 
@@ -52,6 +52,17 @@ class _Group:
         if calls is self.calls and self.state != "down":
             self.state, self.retry_at = "down", time.monotonic() + RETRY_AFTER_S
             self.ready[:] = False
+            self.ready_by_round.clear()
+
+    def ready_before(self, latest: int) -> np.ndarray:
+        """The flags after the round before round `latest` (the fixed lag of LocalPool.awake: the
+        loop has waited for that round's scores, so the choices do not depend on timing); before
+        two rounds, or where that round's flags are missing (the group was rebuilt), the newest
+        older ones, else those after the prompt."""
+        known = [r for r in self.ready_by_round if r <= latest - 1]
+        for r in [r for r in self.ready_by_round if r < max(known, default=-1)]:
+            del self.ready_by_round[r]  # never asked for again
+        return self.ready_by_round[max(known)] if known else self.ready
 
 
 class RemotePool:
@@ -89,8 +100,8 @@ class RemotePool:
                 if group.state == "rebuilding" or self.first:
                     self._settle(group, wait=self.first)
             self.first = False
-            return np.concatenate([group.ready if group.state == "up" else np.zeros(len(group.names), bool)
-                                   for group in self.groups])
+            return np.concatenate([group.ready_before(self.rounds - 1) if group.state == "up"
+                                   else np.zeros(len(group.names), bool) for group in self.groups])
 
     def _settle(self, group: _Group, wait: bool) -> None:
         """A begun group is up once its begin answered. The first round waits for every group (so
@@ -148,9 +159,8 @@ class RemotePool:
                     continue
                 scores, ready = result
                 with self.lock:
-                    if round_index > group.ready_round and group.state == "up" and calls is group.calls:
-                        group.ready = np.array(ready, dtype=bool)  # Ray hands arrays over read-only
-                        group.ready_round = round_index
+                    if group.state == "up" and calls is group.calls:
+                        group.ready_by_round[round_index] = np.array(ready, dtype=bool)  # Ray hands arrays over read-only
                 parts.append(scores)
             return Scores.concat(parts)
 

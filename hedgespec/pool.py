@@ -133,11 +133,16 @@ class LocalPool:
         before.future.result()  # complete: the loop absorbed it (or it failed, and this raises)
         return before.ready.copy()
 
-    def ready_after_latest(self, request_id: str) -> np.ndarray:
-        """The flags after the newest fully scored round (a Ray group sends them with its scores)."""
-        request = self.requests[request_id]
-        scored = next((r for r in reversed(request.rounds) if r.future.done()), None)
-        return request.ready.copy() if scored is None else scored.ready.copy()
+    def evaluated(self, request_id: str) -> int:
+        """Rounds handed to `evaluate` so far for the request: the index the next one gets."""
+        return len(self.requests[request_id].rounds)
+
+    def ready_after(self, request_id: str, index: int) -> np.ndarray:
+        """The flags right after round `index`, once it is scored (a Ray group sends them with that
+        round's scores, so that the caller can offer the same fixed lag as `awake`)."""
+        scored = self.requests[request_id].rounds[index]
+        scored.future.result()
+        return scored.ready.copy()
 
     def propose(self, request_id, index, k):
         start = time.perf_counter()

@@ -120,7 +120,6 @@ class ReplayTarget:
         self.vocab = vocab
         self.paths: dict[tuple[int, ...], tuple[list[int], torch.Tensor]] = {}
         self.requests: dict[str, list] = {}  # request -> [path, hidden, base, done]
-        self.forwards = 0
 
     def record(self, prompt: list[int], path: list[int], hidden: torch.Tensor) -> None:
         self.paths[tuple(prompt)] = (path, hidden)
@@ -137,7 +136,6 @@ class ReplayTarget:
         path, hidden, base, done = state
         verified = commit(path, hidden, base, done, draft.tokens, self.vocab)
         state[3] = done + len(verified.tokens)
-        self.forwards += 1
         verified.draft_seconds = draft.seconds
         return verified
 

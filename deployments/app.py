@@ -6,6 +6,7 @@ from deployments.drafter_group import DrafterGroup
 from deployments.ingress import Ingress
 from deployments.selector import SelectorDeployment
 from deployments.target import TargetDeployment
+from deployments.vllm_target import VLLMTargetDeployment
 from hedgespec.config import ServeConfig
 
 
@@ -13,10 +14,19 @@ def build_app(args: dict) -> Application:
     config = ServeConfig.model_validate(args)
     engine = config.engine
     by_name = {d.name: d for d in engine.drafters}
-    target = TargetDeployment.options(
-        ray_actor_options={"num_cpus": config.target_num_cpus, "num_gpus": config.target_num_gpus,
-                           "resources": config.target_resources},
-    ).bind(engine.target.model_dump(), engine.threads)
+    placement = {"ray_actor_options": {"num_cpus": config.target_num_cpus, "num_gpus": config.target_num_gpus,
+                                       "resources": config.target_resources}}
+    small = {"num_cpus": config.small_num_cpus}
+    limits = config.limits
+    # Serve's own queue in front of the ingress: beyond it a 503 with Retry-After, before any work is done
+    ingress = Ingress.options(ray_actor_options=small, max_ongoing_requests=limits.max_ongoing_requests,
+                              max_queued_requests=limits.max_queued_requests,
+                              backpressure_config=BackpressureConfig(status_code=503, retry_after_s=limits.retry_after_s))
+    if engine.target.backend == "vllm":
+        # the drafters and the learner run inside the engine's steps (hedgespec.vllm_proposer says why)
+        return ingress.bind(config.model_dump(), VLLMTargetDeployment.options(**placement).bind(engine.model_dump()),
+                            [], None, [])
+    target = TargetDeployment.options(**placement).bind(engine.target.model_dump(), engine.threads)
     groups, names = [], []
     for group in config.drafter_groups():
         scaling = ({"autoscaling_config": group.autoscaling.model_dump()} if group.autoscaling
@@ -26,13 +36,7 @@ def build_app(args: dict) -> Application:
             ray_actor_options={"num_cpus": group.num_cpus, "num_gpus": group.num_gpus, "resources": group.resources},
         ).bind([by_name[n].model_dump() for n in group.drafters], engine.target.model_dump(), engine.threads))
         names.append(group.drafters)
-    small = {"num_cpus": config.small_num_cpus}
     # the selector's indices follow the groups' order, as the ingress's pool does
     selector = SelectorDeployment.options(ray_actor_options=small).bind(
         engine.selector.model_dump(), [n for group in names for n in group], engine.k)
-    limits = config.limits
-    # Serve's own queue in front of the ingress: beyond it a 503 with Retry-After, before any work is done
-    ingress = Ingress.options(ray_actor_options=small, max_ongoing_requests=limits.max_ongoing_requests,
-                              max_queued_requests=limits.max_queued_requests,
-                              backpressure_config=BackpressureConfig(status_code=503, retry_after_s=limits.retry_after_s))
     return ingress.bind(config.model_dump(), target, groups, selector, names)

@@ -13,6 +13,7 @@ import json
 import logging
 import random
 import threading
+import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -21,10 +22,11 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from ray import serve
+from ray.serve.exceptions import RequestCancelledError
 
 from deployments import openai_api as api
 from deployments.access import Door, api_keys
-from deployments.adapters import RemoteSelector, RemoteTarget, Unavailable
+from deployments.adapters import TARGET_TIMEOUT_S, RemoteSelector, RemoteTarget, Unavailable, lost
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
 from deployments.remote_pool import RemotePool
@@ -36,6 +38,7 @@ from hedgespec.engine import delayed_losses
 from hedgespec.models import loading
 from hedgespec.sampling import Sampling
 from hedgespec.text import TextStream, encode_prompt
+from hedgespec.vllm_engine import speculation_args
 
 STATS_TIMEOUT_S = 5.0
 logger = logging.getLogger("ray.serve")
@@ -102,10 +105,13 @@ class Ingress:
         limits = self.config.limits
         app.openapi = functools.partial(_openapi, app, self.config.model_name)
         app.state.door = {"keys": api_keys(self.config.api_key_env), "max_body_bytes": limits.max_body_bytes}
-        model = self.config.engine.target.model
-        self.tokenizer = loading.load_tokenizer(model)
-        self.eos_ids = loading.eos_ids(model)
-        self.context = loading.context_length(model)
+        target_config = self.config.engine.target
+        self.tokenizer = loading.load_tokenizer(target_config.model)
+        self.eos_ids = loading.eos_ids(target_config.model)
+        self.context = loading.context_length(target_config.model)
+        self.vllm = target_config.backend == "vllm"
+        if self.vllm and target_config.vllm.max_model_len:
+            self.context = min(self.context, target_config.vllm.max_model_len)
         self.target, self.selector = target, selector
         self.groups = list(zip(groups, group_drafters))
         self.loops = ThreadPoolExecutor(limits.max_ongoing_requests, thread_name_prefix="decode")
@@ -265,38 +271,94 @@ class Ingress:
         try:
             generation = decode(request, RemoteTarget(self.target, rid), pool, selector, stream, job.k, losses,
                                 on_text, job.cancel.is_set)
-        except Cancelled:
-            self.cancelled += 1
-            self.metrics.count("hedgespec_request_errors", kind="client_closed")
-            raise
-        except Unavailable:
-            self.metrics.count("hedgespec_request_errors", kind="unavailable")
-            raise
-        except Exception:
-            self.metrics.count("hedgespec_request_errors", kind="generation_failed")
-            logger.exception("request %s failed", rid)
+        except Exception as error:
+            self._failed(job, error)
             raise
         finally:
             try:
                 if selector:
                     selector.end()
             finally:
-                self.in_flight.pop(rid, None)
+                self._settle(job)
                 with self.counting:
-                    if job.caller is not None:
-                        self.per_caller[job.caller] -= 1
-                        if self.per_caller[job.caller] <= 0:
-                            del self.per_caller[job.caller]
                     if pool and pool.rebuilds:
                         self.recovered["groups"] += pool.rebuilds
                     if selector and selector.recoveries:
                         self.recovered["selector"] += selector.recoveries
+        return self._answered(job, generation)
+
+    async def _generate_vllm(self, job: _Job, on_text=None) -> Generation:
+        """The vLLM engine's pieces through the same TextStream (EOS, max_tokens and stop strings end
+        the text as on the HF backend); closing the stream early (a stop string, a client gone)
+        aborts the request in vLLM and frees its state there."""
+        rid, start = job.request_id, time.perf_counter()
+        stream = TextStream(self.tokenizer, job.max_tokens, job.stop, self.eos_ids)
+        speculation = speculation_args(job.speculate, job.selector, job.k)
+        self.in_flight[rid] = job.cancel
+        rounds = []
+        pieces = self.target.options(stream=True).generate.remote(rid, job.tokens, job.max_tokens, job.sampling,
+                                                                     job.seed, speculation)
+        try:
+            while stream.finish_reason is None:
+                if job.cancel.is_set():
+                    raise Cancelled(rid)
+                try:
+                    piece = await asyncio.wait_for(pieces.__anext__(), TARGET_TIMEOUT_S)
+                except StopAsyncIteration:
+                    raise RuntimeError(f"the engine ended request {rid} before its text did") from None
+                except Exception as error:
+                    if lost(error):  # the engine's replica died or did not answer in time
+                        raise Unavailable(rid) from error
+                    raise
+                rounds = piece.rounds or rounds
+                delta = stream.push(piece.tokens)
+                if delta and on_text:
+                    on_text(delta)
+        except (asyncio.CancelledError, RequestCancelledError):  # Serve cancels the engine's stream with the request of a client gone
+            self._failed(job, Cancelled(rid))
+            raise
+        except Exception as error:
+            self._failed(job, error)
+            raise
+        finally:
+            pieces.cancel()
+            self._settle(job)
+        return self._answered(job, Generation(stream.tokens, stream.text, stream.finish_reason, rounds,
+                                              time.perf_counter() - start))
+
+    def _failed(self, job: _Job, error: Exception) -> None:
+        if isinstance(error, Cancelled):
+            self.cancelled += 1
+            self.metrics.count("hedgespec_request_errors", kind="client_closed")
+        elif isinstance(error, Unavailable):
+            self.metrics.count("hedgespec_request_errors", kind="unavailable")
+        else:
+            self.metrics.count("hedgespec_request_errors", kind="generation_failed")
+            logger.exception("request %s failed", job.request_id, exc_info=error)
+
+    def _settle(self, job: _Job) -> None:
+        """However the request ended: it is no longer in flight, and its caller's slot is free."""
+        self.in_flight.pop(job.request_id, None)
+        with self.counting:
+            if job.caller is not None:
+                self.per_caller[job.caller] -= 1
+                if self.per_caller[job.caller] <= 0:
+                    del self.per_caller[job.caller]
+
+    def _answered(self, job: _Job, generation: Generation) -> Generation:
         record_generation(self.metrics, generation, len(job.tokens))
         self.live.record(job.response_id, generation)
         return generation
 
+    def _start(self, job: _Job, on_text=None) -> asyncio.Future:
+        """The request's generation, begun now: the decode loop in a worker thread over the HF target
+        and the remote pool, or, on the vLLM backend, the engine's stream read on the event loop."""
+        if self.vllm:
+            return asyncio.ensure_future(self._generate_vllm(job, on_text))
+        return asyncio.get_running_loop().run_in_executor(self.loops, self._generate, job, on_text)
+
     async def _run(self, job: _Job, request: Request) -> Generation:
-        future = asyncio.get_running_loop().run_in_executor(self.loops, self._generate, job)
+        future = self._start(job)
         try:
             while not future.done():
                 await asyncio.wait([future], timeout=0.25)
@@ -325,7 +387,7 @@ class Ingress:
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue = asyncio.Queue()
         on_text = lambda delta: loop.call_soon_threadsafe(deltas.put_nowait, delta)  # noqa: E731
-        future = loop.run_in_executor(self.loops, self._generate, job, on_text)
+        future = self._start(job, on_text)
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(deltas.put_nowait, None))
         return StreamingResponse(self._events(job, chat, body, future, deltas), media_type="text/event-stream")
 

@@ -1,4 +1,4 @@
-"""`hedgespec bench load`: N concurrent streaming clients against the app for a fixed time.
+"""`hedgespec bench soak`: N concurrent streaming clients against the app for a fixed time.
 
 Each client sends one request after another, cycling through mixed prompts and temperatures (greedy
 and sampled), and records how each ended: complete (a finish reason and [DONE]), a clear error (an
@@ -47,11 +47,14 @@ def replica_memory() -> dict[str, int]:
     return found
 
 
-def _request(client: httpx.Client, model: str, prompt: str, max_tokens: int, temperature: float, seed: int) -> dict:
-    """One streaming chat request: how it ended, its text, tokens and timings."""
+def request(client: httpx.Client, model: str, prompt: str, max_tokens: int, temperature: float, seed: int,
+            speculate: bool = True) -> dict:
+    """One streaming chat request: how it ended, its text, tokens and timings (`itl`: the gaps
+    between its text events, vLLM's inter-token latency where an event carries one token)."""
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": temperature, "seed": seed, "stream": True, "stream_options": {"include_usage": True}}
-    start, first, text, tokens, outcome = time.perf_counter(), None, [], 0, "lost"
+            "temperature": temperature, "seed": seed, "stream": True, "stream_options": {"include_usage": True},
+            "speculate": speculate}
+    start, first, text, tokens, outcome, arrivals = time.perf_counter(), None, [], 0, "lost", []
     try:
         with client.stream("POST", "/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT_S) as response:
             if response.status_code != 200:
@@ -67,8 +70,9 @@ def _request(client: httpx.Client, model: str, prompt: str, max_tokens: int, tem
                     outcome = f"error {event.get('status', '?')}"
                     break
                 delta = event["choices"][0]["delta"].get("content") if event["choices"] else None
-                if delta and first is None:
-                    first = time.perf_counter()
+                if delta:
+                    arrivals.append(time.perf_counter())
+                    first = first or arrivals[0]
                 text.append(delta or "")
                 tokens = event.get("usage", {}).get("completion_tokens", tokens)
     except httpx.HTTPError:
@@ -76,7 +80,8 @@ def _request(client: httpx.Client, model: str, prompt: str, max_tokens: int, tem
     end = time.perf_counter()
     return {"outcome": outcome, "text": "".join(text), "tokens": tokens, "seconds": end - start,
             "ttft": None if first is None else first - start,
-            "tpot": None if first is None or tokens < 2 else (end - first) / (tokens - 1)}
+            "tpot": None if first is None or tokens < 2 else (end - first) / (tokens - 1),
+            "itl": list(np.diff(arrivals))}
 
 
 def run(config_path: str, prompts: list[str], clients: int, duration_s: float, max_tokens: int, seed: int,
@@ -97,7 +102,7 @@ def run(config_path: str, prompts: list[str], clients: int, duration_s: float, m
                 i = c
                 while time.perf_counter() < deadline:
                     prompt, temperature = prompts[i % len(prompts)], TEMPERATURES[i % len(TEMPERATURES)]
-                    result = _request(pool, config.model_name, prompt, max_tokens, temperature, seed + i)
+                    result = request(pool, config.model_name, prompt, max_tokens, temperature, seed + i)
                     with lock:
                         into.append(result | {"prompt": prompt, "temperature": temperature})
                     i += clients
@@ -119,7 +124,7 @@ def run(config_path: str, prompts: list[str], clients: int, duration_s: float, m
         memory_after = replica_memory()
         stats_after = client.get("/stats").json()
         # every greedy prompt alone, after the load: its text under load must be the same
-        alone = {p: _request(pool, config.model_name, p, max_tokens, 0.0, seed)["text"]
+        alone = {p: request(pool, config.model_name, p, max_tokens, 0.0, seed)["text"]
                  for p in {r["prompt"] for r in results if r["temperature"] == 0 and r["outcome"] == "complete"}}
     complete = [r for r in results if r["outcome"] == "complete"]
     greedy = [r for r in complete if r["temperature"] == 0]
@@ -132,13 +137,13 @@ def run(config_path: str, prompts: list[str], clients: int, duration_s: float, m
             "outcomes": dict(Counter(r["outcome"] for r in results)),
             "lost": sum(r["outcome"] == "lost" for r in results),
             "tokens_per_s": sum(r["tokens"] for r in complete) / wall,
-            "ttft_s": _percentiles(ttft), "tpot_s": _percentiles(tpot),
+            "ttft_s": percentiles(ttft), "tpot_s": percentiles(tpot),
             "greedy_identical_to_alone": f"{sum(r['text'] == alone.get(r['prompt']) for r in greedy)}/{len(greedy)}",
             "memory_after_warmup": memory_before, "memory_after": memory_after,
             "largest_memory_growth": max(growth.values(), default=0.0), "stats_after": stats_after}
 
 
-def _percentiles(values: list[float]) -> dict:
+def percentiles(values: list[float]) -> dict:
     if not values:
         return {"p50": None, "p99": None}
     return {"p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99))}

@@ -10,6 +10,7 @@ from hedgespec.arms import Arms
 from hedgespec.config import SelectorConfig
 from hedgespec.engine import build_selector
 from hedgespec.feedback import RoundFeedback
+from hedgespec.learners.priors import WarmStarts
 
 
 @serve.deployment(name="Selector", max_ongoing_requests=1024)
@@ -18,9 +19,7 @@ class SelectorDeployment:
         self.config = SelectorConfig.model_validate(config)
         self.names, self.k = names, k
         self.selectors = {}
-        # warm start: per (selector config, K), the finished queries and the mean of their final weights,
-        # which every new request's learner starts from (HedgeSpecSelector.prior)
-        self.priors: dict[str, tuple[int, np.ndarray]] = {}
+        self.warm = WarmStarts()
         self.order = Sequencer()
         self.metrics = Recorder("hedgespec_selector_weight")
         self.latest: dict[str, float] = {}
@@ -46,9 +45,7 @@ class SelectorDeployment:
             k = k or self.k
             selector = build_selector(config, self.names, k, seed)
             key = f"{config.model_dump_json()}:{k}"
-            if getattr(selector, "warm_start", False) and key in self.priors:
-                selector.queries, mean_final = self.priors[key]
-                selector.mean_final = mean_final.copy()
+            self.warm.start(selector, key)
             selector.begin(prompt_text)
             self.selectors[request_id] = (selector, Arms(len(self.names), k, config.objective == "time"), key)
 
@@ -71,13 +68,7 @@ class SelectorDeployment:
             if selector is not None:
                 for round_feedback in feedback:
                     selector.observe(round_feedback)
-                if getattr(selector, "warm_start", False):  # fold this query's final weights into the prior
-                    queries, mean_final = self.priors.get(key, (selector.queries, selector.mean_final))
-                    selector.queries, selector.mean_final = queries, mean_final.copy()
-                    selector.end()
-                    self.priors[key] = (selector.queries, selector.mean_final)
-                else:
-                    selector.end()
+                self.warm.end(selector, key)
         self.order.forget(request_id)
 
     async def weights(self) -> dict:

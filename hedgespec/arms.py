@@ -119,7 +119,7 @@ class RoundCosts:
         exact = dict(known)
         if k in exact:
             return exact[k]
-        return k * float(np.mean([v / kk for kk, v in known])) if known else 0.0
+        return k * sum(v / kk for kk, v in known) / len(known) if known else 0.0
 
     def arm_costs(self, arms: Arms) -> np.ndarray:
         with self.lock:

@@ -40,17 +40,32 @@ def main(argv: list[str] | None = None) -> int:
     _add_singles_args(serve_bench)
     serve_bench.set_defaults(run=_bench_serve)
 
-    load = bench.add_parser("load", help="N concurrent streaming clients against the app for a fixed time")
-    load.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
-    load.add_argument("--clients", type=int, default=32)
-    load.add_argument("--duration", type=float, default=300.0, help="seconds of load")
-    load.add_argument("--warmup", type=float, default=60.0, help="seconds of the same load before memory is read")
-    load.add_argument("--max-tokens", type=int, default=32)
+    load = bench.add_parser("load", help="tokens/s and latency against concurrent clients, per kind of speculation, one run")
+    load.add_argument("--config", default="configs/serve-vllm.yaml", help="Serve config (default: configs/serve-vllm.yaml)")
+    load.add_argument("--kinds", default=None, help="comma-separated, the baseline first (default: none,ngram,hedgespec "
+                                                    "on the vLLM backend, none,hedgespec on HF)")
+    load.add_argument("--clients", default="1,2,4,8,16", help="comma-separated client counts")
+    load.add_argument("--requests", type=int, default=4, help="greedy requests per client at each count")
+    load.add_argument("--max-tokens", type=int, default=128)
+    load.add_argument("--eager", action="store_true", help="vLLM without torch.compile (starts fast, decodes slower)")
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
     load.add_argument("--mixed", type=int, metavar="N", help="instead: the first N queries of the mixed stream")
     load.add_argument("--json", help="also write the results to this JSON file")
+    load.add_argument("--plot", help="also plot tokens/s against clients to this PNG")
     load.set_defaults(run=_bench_load)
+
+    soak = bench.add_parser("soak", help="N concurrent streaming clients against the app for a fixed time")
+    soak.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
+    soak.add_argument("--clients", type=int, default=32)
+    soak.add_argument("--duration", type=float, default=300.0, help="seconds of load")
+    soak.add_argument("--warmup", type=float, default=60.0, help="seconds of the same load before memory is read")
+    soak.add_argument("--max-tokens", type=int, default=32)
+    soak.add_argument("--seed", type=int, default=0)
+    soak.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
+    soak.add_argument("--mixed", type=int, metavar="N", help="instead: the first N queries of the mixed stream")
+    soak.add_argument("--json", help="also write the results to this JSON file")
+    soak.set_defaults(run=_bench_soak)
 
     sel = bench.add_parser("selectors", help="every selector on the same queries, one run: MAT, tokens/s, regret")
     _add_engine_args(sel)
@@ -220,6 +235,17 @@ def _bench_serve(args) -> int:
 
 
 def _bench_load(args) -> int:
+    from deployments import sweep
+    from hedgespec.config import ServeConfig
+    from deployments.local import serve_args
+    backend = ServeConfig.model_validate(serve_args(args.config)).engine.target.backend
+    kinds = args.kinds.split(",") if args.kinds else list(sweep.VLLM_KINDS if backend == "vllm" else sweep.HF_KINDS)
+    return sweep.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), kinds,
+                      [int(n) for n in args.clients.split(",")], args.requests, args.max_tokens, args.eager, args.json,
+                      args.plot)
+
+
+def _bench_soak(args) -> int:
     from deployments import load
     return load.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), args.clients, args.duration,
                      args.max_tokens, args.seed, args.warmup, args.json)

@@ -18,12 +18,41 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class VLLMConfig(Strict):
+    """The vLLM engine under the Target deployment (target.backend: vllm)."""
+    speculation: Literal["hedgespec", "ngram", "none"] = Field(
+        "hedgespec", description="hedgespec: the pool and the learner draft inside vLLM's steps (hedgespec.vllm_proposer); "
+                                 "ngram: vLLM's own n-gram speculation; none: plain decoding (the two baselines)")
+    ngram_max: int = Field(3, ge=1, le=16, description="speculation ngram: vLLM's prompt_lookup_max")
+    ngram_min: int = Field(2, ge=1, le=16, description="speculation ngram: vLLM's prompt_lookup_min")
+    enforce_eager: bool = Field(False, description="skip torch.compile: starts in ~40 s instead of 2.5-4.5 min on "
+                                                   "2 CPU cores, and decodes slower (tests use it)")
+    kv_cache_gib: float = Field(1.0, gt=0, description="CPU: VLLM_CPU_KVCACHE_SPACE; GPU: ignored (vLLM sizes it)")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU: the share of its memory vLLM may take")
+    max_model_len: int | None = Field(4096, ge=16, description="longest prompt + completion (None: the model's)")
+    max_num_seqs: int = Field(32, ge=1, description="requests decoded in one batch")
+
+
+VLLM_KINDS = ("prompt_lookup", "datastore")  # drafter kinds the vLLM backend runs (token ids only, no hidden states)
+
+
 class TargetConfig(Strict):
     model: str = Field("smollm2", description="'smollm2', 'tiny:SEED[:LAYERS]' or a Hugging Face model folder")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: bfloat16 where the device computes it natively (a GPU, or a CPU with AVX512-BF16 "
                             "or AMX), else float32")
     device: str = "cpu"
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="hf: our own HF runner, one forward at a time (every drafter kind, the exact tiny-model tests); "
+                          "vllm: a vLLM engine, continuously batched, with the pool's prompt-lookup and datastore "
+                          "drafters inside its steps")
+    vllm: VLLMConfig = VLLMConfig()
+
+    @model_validator(mode="after")
+    def _vllm_models(self):
+        if self.backend == "vllm" and self.model.startswith("tiny:"):
+            raise ValueError("backend vllm loads a Hugging Face folder ('smollm2' or a path), not a tiny: model")
+        return self
 
 
 class DrafterConfig(Strict):
@@ -103,6 +132,8 @@ class EngineConfig(Strict):
         "a YAML file whose `drafters` come first in the pool (configs/pool.yaml: the one definition of the "
         "embedded pool, shared by the experiments and the served app); `drafters` then lists only additions. "
         "Resolved when the config is loaded"))
+    pool_kinds: list[DrafterKind] | None = Field(None, description=(
+        "only the pool file's drafters of these kinds (the vLLM backend: prompt_lookup and datastore)"))
     drafters: list[DrafterConfig] = Field(default_factory=default_pool)
     k: int = Field(5, ge=1, le=16, description="draft tokens per round")
     selector: SelectorConfig = SelectorConfig()
@@ -118,7 +149,9 @@ class EngineConfig(Strict):
             document = yaml.safe_load(resolve_pool_file(data["pool"]).read_text()) or {}
             if not isinstance(document.get("drafters"), list):
                 raise ValueError(f"pool file {data['pool']!r} has no `drafters` list")
-            data = {**data, "pool": None, "drafters": document["drafters"] + list(data.get("drafters") or [])}
+            kinds = data.get("pool_kinds")
+            chosen = [d for d in document["drafters"] if kinds is None or d.get("kind") in kinds]
+            data = {**data, "pool": None, "pool_kinds": None, "drafters": chosen + list(data.get("drafters") or [])}
         return data
 
     @model_validator(mode="after")
@@ -129,6 +162,12 @@ class EngineConfig(Strict):
         for name in (self.selector.drafter, self.selector.fallback, *self.selector.routes.values()):
             if name is not None and name not in names:
                 raise ValueError(f"selector names drafter {name!r}, which is not in the pool {names}")
+        if self.pool_kinds is not None:
+            raise ValueError("`pool_kinds` selects from a `pool` file: name one")
+        other = [d.name for d in self.drafters if d.kind not in VLLM_KINDS]
+        if self.target.backend == "vllm" and other:
+            raise ValueError(f"backend vllm runs drafters of kinds {list(VLLM_KINDS)} only; {other} need the HF backend "
+                             "(the target's hidden states or a second model; `pool_kinds` selects from a pool file)")
         return self
 
 
@@ -214,6 +253,8 @@ class ServeConfig(Strict):
     @model_validator(mode="after")
     def _groups_cover_pool(self):
         names = [d.name for d in self.engine.drafters]
+        if self.engine.target.backend == "vllm" and self.groups:
+            raise ValueError("backend vllm runs the pool's drafters inside the engine's steps: no `groups`")
         if self.engine.selector.delay != "queue":
             raise ValueError("the Serve selector runs the queue delay reduction (selector.delay: queue)")
         groups = self.drafter_groups()

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from hedgespec.arms import Arms
 from hedgespec.feedback import DelayedLosses, MaturedLoss, RoundFeedback
 from hedgespec.interfaces import Draft, Target, Verified
 from hedgespec.learners.selectors import Selector
@@ -95,51 +94,82 @@ def decode(request: Request, target: Target, pool: DrafterPool | None, selector:
     carries the RoundCosts that every round's timings are recorded into."""
     rid, start = request.request_id, time.perf_counter()
     rounds: list[Round] = []
-    learning = Learning(selector, losses, k) if pool else None
-    arms: Arms | None = losses.arms if pool else None
-    position = 0  # tokens committed so far: where the next round starts
+    speculation = Speculation(rid, pool, selector, losses, k) if pool else None
     try:
         hidden = target.prefill(rid, request.prompt, request.sampling, request.seed)
-        if pool:
-            pool.begin(rid, request.prompt, hidden, request.sampling, request.seed)
-            selector.begin(request.prompt_text)
+        if speculation:
+            speculation.begin(request, hidden)
         while stream.finish_reason is None:
             if cancelled and cancelled():
                 raise Cancelled(rid)
             round_start = time.perf_counter()
             # a round commits at most drafted + 1 tokens: draft no more than the budget can keep
             budget = min(k, stream.remaining - 1)
-            chosen, drafter, draft = None, None, Draft([])
-            if pool and budget > 0:
-                learning.absorb(lag=1)
-                awake = arms.awake(pool.awake(rid))
-                if awake.any():
-                    chosen = selector.choose(awake)
-                    drafter, arm_k = arms[chosen].drafter, arms[chosen].k
-                    if drafter is not None:
-                        draft = pool.propose(rid, drafter, min(arm_k, budget))
+            draft = speculation.draft(budget) if speculation else Draft([])
             verified = through_eos(target.verify(rid, draft), stream.eos_ids)
             seconds = time.perf_counter() - round_start
-            if pool:
-                learning.expect(chosen, len(verified.tokens), pool.evaluate(rid, verified))
-                if losses.costs is not None:
-                    losses.costs.record(drafter, verified.drafted, verified.draft_seconds, verified.seconds, seconds)
-                if drafter is not None:
-                    losses.play(position, drafter, verified.drafted, verified.accepted)
-            position += len(verified.tokens)
-            rounds.append(Round(pool.names[drafter] if drafter is not None else None, verified.drafted,
-                                verified.accepted, len(verified.tokens), seconds, verified.draft_seconds, verified.seconds))
+            drafter = speculation.commit(verified, seconds) if speculation else None
+            rounds.append(Round(drafter, verified.drafted, verified.accepted, len(verified.tokens), seconds,
+                                verified.draft_seconds, verified.seconds))
             delta = stream.push(verified.tokens)
             if delta and on_text:
                 on_text(delta)
-        if pool:
-            learning.finish()
+        if speculation:
+            speculation.finish()
     finally:
         target.release(rid)
         if pool:
             pool.release(rid)
     return Generation(stream.tokens, stream.text, stream.finish_reason, rounds, time.perf_counter() - start,
-                      losses.max_delay if losses else 0, learning.delivered if learning else [])
+                      losses.max_delay if losses else 0, speculation.learning.delivered if speculation else [])
+
+
+class Speculation:
+    """One request's speculation, round by round: which arm to play and its draft, then what the
+    round committed, for the learner, the feedback window and the cost estimates. `decode` runs it
+    around its target; the vLLM backend's proposer (hedgespec.vllm_proposer) runs it for every
+    request of each vLLM step, whose verification vLLM does itself."""
+
+    def __init__(self, request_id: str, pool: DrafterPool, selector: Selector, losses: DelayedLosses, k: int,
+                 end: Callable[[], None] | None = None):
+        """`end` ends the selector's query in place of `selector.end` (a warm start's bookkeeping)."""
+        self.request_id, self.pool, self.losses = request_id, pool, losses
+        self.learning = Learning(selector, losses, k, end)
+        self.position = 0  # tokens committed so far: where the next round starts
+        self.chosen: int | None = None  # the arm played this round (None: nothing was awake, or no budget)
+        self.drafter: int | None = None  # its drafter (None: the plain step)
+
+    def begin(self, request: Request, hidden) -> None:
+        self.pool.begin(self.request_id, request.prompt, hidden, request.sampling, request.seed)
+        self.learning.selector.begin(request.prompt_text)
+
+    def draft(self, budget: int) -> Draft:
+        """The chosen arm's draft of at most `budget` tokens for this round (empty: the plain step)."""
+        self.chosen, self.drafter, draft = None, None, Draft([])
+        if budget > 0:
+            self.learning.absorb(lag=1)
+            awake = self.losses.arms.awake(self.pool.awake(self.request_id))
+            if awake.any():
+                self.chosen = self.learning.selector.choose(awake)
+                arm = self.losses.arms[self.chosen]
+                self.drafter = arm.drafter
+                if arm.drafter is not None:
+                    draft = self.pool.propose(self.request_id, arm.drafter, min(arm.k, budget))
+        return draft
+
+    def commit(self, verified: Verified, seconds: float | None) -> str | None:
+        """The round's commitment and its wall time (None: a round that prices no arm, vLLM's
+        prefill step): every drafter is scored on it. Returns the drafter's name that drafted it, if any."""
+        self.learning.expect(self.chosen, len(verified.tokens), self.pool.evaluate(self.request_id, verified))
+        if self.losses.costs is not None and seconds is not None:
+            self.losses.costs.record(self.drafter, verified.drafted, verified.draft_seconds, verified.seconds, seconds)
+        if self.drafter is not None:
+            self.losses.play(self.position, self.drafter, verified.drafted, verified.accepted)
+        self.position += len(verified.tokens)
+        return self.pool.names[self.drafter] if self.drafter is not None else None
+
+    def finish(self) -> None:
+        self.learning.finish()
 
 
 def through_eos(verified: Verified, eos_ids: set[int]) -> Verified:
@@ -153,8 +183,9 @@ class Learning:
     """Tells the selector each round as it is played, and hands it the round's scores, in round
     order, once they have arrived."""
 
-    def __init__(self, selector: Selector, losses: DelayedLosses | None, k: int):
+    def __init__(self, selector: Selector, losses: DelayedLosses | None, k: int, end: Callable[[], None] | None = None):
         self.selector, self.losses, self.k = selector, losses, k
+        self.end = end or selector.end
         self.pending: deque[Future] = deque()  # the future Scores of each round not yet absorbed
         self.delivered: list[MaturedLoss] = []
 
@@ -182,7 +213,7 @@ class Learning:
         flushed = self.losses.flush() if self.losses else []
         self.delivered += flushed
         self.selector.observe(RoundFeedback(None, 0, self.k, awake_only(flushed)))
-        self.selector.end()
+        self.end()
 
 
 def awake_only(matured: list[MaturedLoss]) -> list[MaturedLoss]:

@@ -58,12 +58,16 @@ class DrafterPool(Protocol):
 def score(verified: Verified, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One drafter's (gamma, ratio, awake) columns for a round. A point mass at d has gamma = p(d)
     and ratio = min(1, 1 / p(x)) = 1 where d is the committed token x, else 0 (evaluation.py's
-    formulas with q one-hot)."""
+    formulas with q one-hot). Without the target's distributions (`verified.probs` None: the vLLM
+    backend, which keeps them), gamma is the indicator that d was committed: exact under greedy
+    decoding, and under sampling an unbiased estimate of p(d), since x was drawn from p."""
     committed = torch.as_tensor(verified.tokens)
     if observation.probs is None:
+        ratio = (observation.tokens == committed).float()
+        if verified.probs is None:
+            return ratio.numpy(), ratio.numpy(), observation.awake.numpy()
         drafted = observation.tokens.clamp_min(0)  # asleep positions (-1) are masked by `awake`
         gamma = verified.probs.gather(-1, drafted[:, None])[:, 0]
-        ratio = (observation.tokens == committed).float()
     else:
         gamma, ratio = acceptance(verified.probs, observation.probs, committed)
     return gamma.numpy(), ratio.numpy(), observation.awake.numpy()

@@ -1,4 +1,4 @@
-"""`hedgespec bench load` on the tiny app: sustained concurrent streams lose nothing, greedy texts
+"""`hedgespec bench soak` on the tiny app: sustained concurrent streams lose nothing, greedy texts
 under load equal the same requests alone, and every replica's memory is reported. Behind the
 `faults` marker with the other sustained-load and fault tests (.ci/run runs them)."""
 import pytest

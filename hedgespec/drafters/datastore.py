@@ -117,7 +117,8 @@ class _History:
     generator: torch.Generator
     tokens: list[int]
     row: torch.Tensor | None = None  # q at the end of `tokens`, once computed
-    known: bool = False  # whether `row` is up to date
+    known: bool = False  # whether `row` (greedy: `next`) is up to date
+    next: int | None = None  # greedy: the token q's point mass is on at the end of `tokens` (None: asleep)
 
 
 class DatastoreDrafter:
@@ -143,17 +144,38 @@ class DatastoreDrafter:
         logits[0, torch.from_numpy(tokens.astype(np.int64))] = torch.from_numpy(np.log(counts)).float()
         return process_draft(logits, sampling)[0]
 
+    def _most_frequent(self, context: Sequence[int]) -> int | None:
+        """Greedy q's point mass: the lowest id among the most frequent continuations, as the
+        argmax of the processed row takes it (None: asleep)."""
+        found = self.store.continuations(context, self.min_ngram, self.max_ngram)
+        return None if found is None else int(found[0][np.argmax(found[1])])
+
     def _current(self, history: _History) -> torch.Tensor | None:
         if not history.known:
             history.row, history.known = self._row(history.tokens, history.sampling), True
         return history.row
 
+    def _current_next(self, history: _History) -> int | None:
+        if not history.known:
+            history.next, history.known = self._most_frequent(history.tokens), True
+        return history.next
+
     def ready(self, request_id: str) -> bool:
-        return self._current(self.requests[request_id]) is not None
+        history = self.requests[request_id]
+        if history.sampling.greedy:  # no full-vocabulary row for a point mass
+            return self._current_next(history) is not None
+        return self._current(history) is not None
 
     def propose(self, request_id: str, k: int) -> Draft:
         history = self.requests[request_id]
         context, tokens, rows = history.tokens[-self.max_ngram:], [], []
+        if history.sampling.greedy:  # point masses: the chain of most frequent continuations
+            token = self._current_next(history)
+            while token is not None and len(tokens) < k:
+                tokens.append(token)
+                context = (context + [token])[-self.max_ngram:]
+                token = self._most_frequent(context) if len(tokens) < k else None
+            return Draft(tokens)
         row = self._current(history)
         while row is not None and len(tokens) < k:
             tokens.append(draw(row, history.generator))
@@ -167,11 +189,10 @@ class DatastoreDrafter:
         if history.sampling.greedy:  # point masses: the most frequent continuation, no rows
             proposals = []
             for token in verified.tokens:
-                found = self.store.continuations(history.tokens, self.min_ngram, self.max_ngram)
-                # the lowest id among the most frequent, as the argmax of the processed row takes it
-                proposals.append(-1 if found is None else int(found[0][np.argmax(found[1])]))
+                proposed = self._current_next(history)
+                proposals.append(-1 if proposed is None else proposed)
                 history.tokens.append(token)
-            history.known = False
+                history.known = False
             tokens = torch.tensor(proposals)
             return Observation(None, tokens >= 0, tokens)
         probs = torch.zeros(len(verified.tokens), self.vocab)

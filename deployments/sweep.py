@@ -1,0 +1,146 @@
+"""`hedgespec bench load`: the app under N concurrent streaming clients, N = 1, 2, 4, ... (each
+sending a fixed number of greedy requests, cycling through mixed prompts), for several kinds of
+speculation on the same engine settings, in one run: on the vLLM backend, vLLM without
+speculation, vLLM's own n-gram speculation and HedgeSpec (target.vllm.speculation); on the HF
+backend, the target alone and HedgeSpec (the request's `speculate`).
+
+Per kind and N: aggregate output tokens/s (all clients' tokens over the wall time from the first
+request sent to the last one answered), time to first token, time per output token and
+inter-token latency, p50/p99 (vLLM's serving-benchmark terms), and errors. Every greedy text is
+compared with the first kind's for the same prompt (the baseline without speculation: the
+output must not change). One app start per kind; a warm-up request per client count first.
+"""
+import json
+import threading
+import time
+from collections import Counter
+
+import httpx
+
+from deployments.load import CLIENT_TIMEOUT_S, percentiles, request
+from deployments.local import local_app, serve_args
+from hedgespec.config import ServeConfig
+
+VLLM_KINDS = ("none", "ngram", "hedgespec")
+HF_KINDS = ("none", "hedgespec")
+
+
+def kind_args(args: dict, kind: str, eager: bool) -> tuple[dict, bool]:
+    """The Serve args for one kind of speculation, and whether requests ask to speculate."""
+    config = ServeConfig.model_validate(args)
+    if config.engine.target.backend == "hf":
+        if kind not in HF_KINDS:
+            raise ValueError(f"the HF backend runs {HF_KINDS}, not {kind!r}")
+        return args, kind == "hedgespec"
+    engine = args.setdefault("engine", {})
+    settings = engine.setdefault("target", {}).setdefault("vllm", {})
+    settings.update({"speculation": kind, **({"enforce_eager": True} if eager else {})})
+    return args, True
+
+
+def one_level(client: httpx.Client, model: str, prompts: list[str], clients: int, per_client: int,
+              max_tokens: int, speculate: bool) -> dict:
+    results: list[dict] = []
+    lock = threading.Lock()
+
+    def client_loop(c: int) -> None:
+        for r in range(per_client):
+            prompt = prompts[(c * per_client + r) % len(prompts)]
+            result = request(client, model, prompt, max_tokens, 0.0, 0, speculate)
+            with lock:
+                results.append(result | {"prompt": prompt})
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    complete = [r for r in results if r["outcome"] == "complete"]
+    return {"clients": clients, "requests": len(results), "complete": len(complete), "wall_s": wall,
+            "errors": dict(Counter(r["outcome"] for r in results if r["outcome"] != "complete")),
+            "tokens": sum(r["tokens"] for r in complete),
+            "tokens_per_s": sum(r["tokens"] for r in complete) / wall,
+            "ttft_s": percentiles([r["ttft"] for r in complete if r["ttft"] is not None]),
+            "tpot_s": percentiles([r["tpot"] for r in complete if r["tpot"] is not None]),
+            "itl_s": percentiles([gap for r in complete for gap in r["itl"]]),
+            "texts": {r["prompt"]: r["text"] for r in complete}}
+
+
+def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
+        max_tokens: int, eager: bool = False) -> dict:
+    runs = {}
+    for kind in kinds:
+        args, speculate = kind_args(serve_args(config_path), kind, eager)
+        config = ServeConfig.model_validate(args)
+        started = time.perf_counter()
+        with local_app(args, timeout_s=900) as client:
+            startup = time.perf_counter() - started
+            pool = httpx.Client(base_url=client.base_url, timeout=CLIENT_TIMEOUT_S,
+                                limits=httpx.Limits(max_connections=max(levels) + 4), headers=dict(client.headers))
+            levels_out = []
+            for clients in levels:
+                # warm-up at this concurrency (vLLM compiles per batch shape on first use)
+                one_level(pool, config.model_name, prompts[:clients], clients, 1, 8, speculate)
+                levels_out.append(one_level(pool, config.model_name, prompts, clients, per_client, max_tokens, speculate))
+            stats = client.get("/stats").json()
+        runs[kind] = {"startup_s": startup, "levels": levels_out, "stats_after": stats}
+    baseline = runs[kinds[0]]["levels"]
+    for kind in kinds:
+        for level, reference in zip(runs[kind]["levels"], baseline):
+            same = [text == reference["texts"].get(prompt) for prompt, text in level["texts"].items()
+                    if prompt in reference["texts"]]
+            level["greedy_equal_to_baseline"] = f"{sum(same)}/{len(same)}"
+    settings = ServeConfig.model_validate(serve_args(config_path)).engine.target
+    return {"config": config_path, "target": settings.model_dump(), "kinds": kinds, "levels": levels,
+            "requests_per_client": per_client, "max_tokens": max_tokens, "prompts": len(prompts), "eager": eager,
+            "runs": runs}
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for kind, run_ in result["runs"].items():
+        axis.plot(result["levels"], [level["tokens_per_s"] for level in run_["levels"]], marker="o", label=kind)
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(result["levels"], [str(n) for n in result["levels"]])
+    axis.set_xlabel("concurrent streaming clients")
+    axis.set_ylabel("aggregate output tokens/s")
+    target = result["target"]
+    axis.set_title(f"{target['model']} on {target['backend']}, greedy, <= {result['max_tokens']} tokens", fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(title="speculation")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
+         max_tokens: int, eager: bool, json_out: str | None, plot_out: str | None) -> int:
+    result = run(config_path, prompts, kinds, levels, per_client, max_tokens, eager)
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(result, f, indent=2)
+    if plot_out:
+        plot(result, plot_out)
+    ms = lambda v: "-" if v is None else f"{1e3 * v:.0f}"  # noqa: E731
+    target = result["target"]
+    print(f"{config_path}: {target['model']} on {target['backend']} ({target['dtype']}), greedy, <= {max_tokens} tokens, "
+          f"{len(prompts)} prompts, {per_client} requests per client{', eager' if eager else ''}")
+    print("| speculation | clients | tokens/s | vs " + kinds[0] + " | TTFT p50/p99 ms | TPOT p50/p99 ms | "
+          "ITL p50/p99 ms | errors | greedy = " + kinds[0] + " |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    baseline = result["runs"][kinds[0]]["levels"]
+    failed = False
+    for kind, run_ in result["runs"].items():
+        for level, reference in zip(run_["levels"], baseline):
+            failed |= bool(level["errors"])
+            print(f"| {kind} | {level['clients']} | {level['tokens_per_s']:.1f} | "
+                  f"{level['tokens_per_s'] / max(reference['tokens_per_s'], 1e-9):.2f}x | "
+                  f"{ms(level['ttft_s']['p50'])}/{ms(level['ttft_s']['p99'])} | "
+                  f"{ms(level['tpot_s']['p50'])}/{ms(level['tpot_s']['p99'])} | "
+                  f"{ms(level['itl_s']['p50'])}/{ms(level['itl_s']['p99'])} | {level['errors'] or 0} | "
+                  f"{level['greedy_equal_to_baseline']} |")
+    return 1 if failed else 0

@@ -1,0 +1,209 @@
+"""HedgeSpec inside vLLM's steps: vLLM's `custom_class` proposer (speculative_config method
+"custom_class"), built in vLLM's worker process from the config in hedgespec.vllm_engine.PROPOSER_ENV.
+
+After every step vLLM hands over, for each request of the batch, the tokens that step committed
+(the accepted drafts and one more). Each request runs the decode loop's own round logic,
+decode.Speculation: the committed tokens are a round for it (every drafter observes and is
+scored, the learner and the delayed-feedback queue are fed, the round's cost is recorded), and the
+learner's arm for the next round (a drafter and its k, or no draft) gives the draft returned to
+vLLM. vLLM verifies it in the next step, batched with every other request's.
+
+- Drafters: prompt lookup and the datastores (hedgespec.config.VLLM_KINDS), run here: they cost
+  well under a millisecond a step, less than any call to another process (ray-notes.md: a Serve
+  round trip is 1.3-3.9 ms against a 30-80 ms step). They draft point masses (greedy
+  continuations) whatever the request's temperature: vLLM accepts a point-mass draft d with
+  probability p(d), which is lossless however d was chosen.
+- Scores: vLLM keeps the target's distributions, so a drafter's gamma is the indicator that its
+  token was committed (pool.score): exact under greedy decoding, an unbiased estimate of p(d)
+  under sampling.
+- Costs: one step serves the whole batch; a request's round is charged the step's time in
+  proportion to the tokens it had verified (its draft and one), so that under load, when a step's
+  fixed cost is shared by many requests and every extra token costs its marginal compute, the
+  time objective prices long drafts and speculation itself as they then cost.
+
+vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
+calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's
+SamplingParams, whose `extra_args["hedgespec"]` carries the request's own speculation
+(vllm_engine.speculation_args). This reads vLLM 0.32's runner, pinned in pyproject.toml.
+"""
+import os
+import sys
+import time
+from dataclasses import astuple, dataclass, field
+
+import torch
+
+from hedgespec.arms import RoundCosts
+from hedgespec.calibration import DepthCalibration
+from hedgespec.config import EngineConfig, SelectorConfig
+from hedgespec.decode import Request, Round, Speculation, through_eos
+from hedgespec.drafters import build_drafters
+from hedgespec.engine import build_selector, delayed_losses
+from hedgespec.interfaces import Verified
+from hedgespec.learners.priors import WarmStarts
+from hedgespec.models import loading
+from hedgespec.pool import LocalPool
+from hedgespec.sampling import Sampling
+from hedgespec.vllm_engine import PROPOSER_ENV
+
+NO_HIDDEN = torch.empty(0, 0)  # these drafters read token ids only
+KEPT = 4096  # finished requests' rounds kept for `release` to collect; beyond, the oldest are dropped
+
+
+@dataclass
+class _Live:
+    """A request the proposer is speculating for."""
+    speculation: Speculation
+    k: int
+    max_tokens: int
+    ignore_eos: bool
+    generated: int = 0
+    draft: tuple[int, ...] = ()  # what the last step verified
+    draft_seconds: float = 0.0
+    rounds: list[Round] = field(default_factory=list)  # what the response reports (decode.Generation.stats)
+
+
+class HedgeSpecProposer:
+    def __init__(self, vllm_config):
+        self.config = EngineConfig.model_validate_json(os.environ[PROPOSER_ENV])
+        target = self.config.target
+        vocab = vllm_config.model_config.get_vocab_size()
+        tokenizer = loading.load_tokenizer(target.model)
+        self.tokenizer = tokenizer
+        self.pool = LocalPool(build_drafters(self.config.drafters, vocab, tokenizer, target), background=False)
+        self.eos_ids = loading.eos_ids(target.model)
+        self.max_model_len = vllm_config.model_config.max_model_len
+        n, k = len(self.pool.names), self.config.k
+        self.costs, self.calibration = RoundCosts(n, k), DepthCalibration(n, k)
+        self.warm = WarmStarts()
+        self.live: dict[str, _Live] = {}
+        self.finished: dict[str, list[Round]] = {}  # ended here, not yet released by the engine
+        self.plain: set[str] = set()  # running requests that asked for no speculation
+        self.runner = None
+        self.returned_at: float | None = None  # when the last drafts went back to vLLM
+
+    def load_model(self, target_model) -> None:
+        """vLLM's model runner calls this; the runner is the caller whose batch names the requests."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            candidate = frame.f_locals.get("self")
+            if hasattr(candidate, "input_batch") and hasattr(candidate, "requests"):
+                self.runner = candidate
+                return
+            frame = frame.f_back
+        raise RuntimeError("hedgespec proposer: vLLM's model runner was not found (vllm 0.32 is pinned)")
+
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None, **_) -> list[list[int]]:
+        arrived = time.perf_counter()
+        step = arrived - self.returned_at if self.returned_at is not None else None
+        batch = list(self.runner.input_batch.req_ids)
+        rows = set(batch)
+        for request_id in [r for r in self.live if r not in rows]:  # finished or aborted
+            self._end(request_id)
+        self.plain &= rows
+        # a step's tokens: each running request's draft and one more, a new one's prompt (all of it:
+        # a prompt prefilled in chunks is overcharged, only while it is new)
+        scheduled = [len(self.live[r].draft) + 1 if r in self.live else 1 if r in self.plain
+                     else int(num_tokens_no_spec[i]) for i, r in enumerate(batch)]
+        total = max(1, sum(scheduled))
+        drafts = []
+        for i, request_id in enumerate(batch):
+            committed = list(sampled_token_ids[i]) if i < len(sampled_token_ids) else []
+            share = None if step is None else step * scheduled[i] / total
+            drafts.append(self._round(request_id, committed, share, token_ids_cpu[i, :num_tokens_no_spec[i]]))
+        self.returned_at = time.perf_counter()
+        return drafts
+
+    def _round(self, request_id: str, committed: list[int], step_share: float | None, history) -> list[int]:
+        """Learn from what the step committed for the request; its draft for the next step."""
+        if not committed or request_id in self.plain:  # a prompt still prefilled in chunks, or no speculation
+            return []
+        start = time.perf_counter()
+        live = self.live.get(request_id)
+        if live is None:
+            live = self._begin(request_id, history.tolist(), len(committed))
+            if live is None:
+                return []
+            step_share = None  # the prefill step prices no arm
+        verified = Verified(committed, len(committed) - 1, len(live.draft), None, NO_HIDDEN,
+                            step_share or 0.0, live.draft_seconds)
+        if not live.ignore_eos:
+            verified = through_eos(verified, self.eos_ids)
+        verified = verified.first(live.max_tokens - live.generated)  # vLLM keeps none beyond max_tokens
+        live.generated += len(verified.tokens)
+        seconds = None if step_share is None else step_share + live.draft_seconds + time.perf_counter() - start
+        drafter = live.speculation.commit(verified, seconds)
+        live.rounds.append(Round(drafter, verified.drafted, verified.accepted, len(verified.tokens), seconds or 0.0,
+                                 live.draft_seconds, verified.seconds))
+        budget = min(live.k, live.max_tokens - live.generated - 1, self.max_model_len - len(history) - 1)
+        if (not live.ignore_eos and verified.tokens[-1] in self.eos_ids) or budget < 0:  # its last step: EOS or max_tokens
+            self._end(request_id)
+            return []
+        draft = live.speculation.draft(budget)
+        live.draft, live.draft_seconds = tuple(draft.tokens), draft.seconds
+        return list(draft.tokens)
+
+    def _begin(self, request_id: str, history: list[int], committed: int) -> _Live | None:
+        state = self.runner.requests.get(request_id)
+        params = getattr(state, "sampling_params", None)
+        asked = ((params.extra_args if params else None) or {}).get("hedgespec", {})
+        if params is None or not asked.get("speculate", True) or not self.pool.names:
+            self.plain.add(request_id)
+            return None
+        selector_config = SelectorConfig.model_validate(asked["selector"]) if asked.get("selector") else self.config.selector
+        k = min(asked.get("k") or self.config.k, self.config.k)
+        seed = params.seed or 0
+        names = self.pool.names
+        selector = build_selector(selector_config, names, k, seed)
+        key = f"{selector_config.model_dump_json()}:{k}"
+        self.warm.start(selector, key)
+        losses = delayed_losses(selector_config, len(names), k, self.costs, self.calibration)
+        speculation = Speculation(request_id, self.pool, selector, losses, k, lambda: self.warm.end(selector, key))
+        prompt = history[:len(history) - committed]
+        text = self.tokenizer.decode(prompt) if selector_config.name == "router" else ""
+        # the drafters draft point masses (vLLM verifies them as such), so they run greedy
+        speculation.begin(Request(prompt, params.max_tokens, Sampling(), seed, (), text, request_id), NO_HIDDEN)
+        live = _Live(speculation, k, params.max_tokens or self.max_model_len, bool(params.ignore_eos))
+        self.live[request_id] = live
+        return live
+
+    def _end(self, request_id: str) -> None:
+        live = self.live.pop(request_id, None)
+        if live is not None:
+            self.finished[request_id] = live.rounds
+            while len(self.finished) > KEPT:
+                self.finished.pop(next(iter(self.finished)))
+            try:
+                live.speculation.finish()
+            finally:
+                self.pool.release(request_id)
+
+    def release(self, request_ids: list[str]) -> dict[str, list[tuple]]:
+        """Ends the named requests (vLLM's own ids carry a suffix after the caller's: "<id>-<8 chars>")
+        and hands back each one's rounds, as tuples of decode.Round's fields."""
+        wanted = set(request_ids)
+        caller = lambda r: r if r in wanted else r.rsplit("-", 1)[0]  # noqa: E731
+        for request_id in [r for r in self.live if caller(r) in wanted]:
+            self._end(request_id)
+        return {caller(r): [astuple(x) for x in self.finished.pop(r)] for r in list(self.finished) if caller(r) in wanted}
+
+    @property
+    def active(self) -> int:
+        """Requests holding state here (drafters', learners', rounds not yet collected): 0 when idle."""
+        return len(self.live) + len(self.finished) + self.pool.active
+
+
+class ProposerControl:
+    """Mixed into vLLM's worker (engine argument worker_extension_cls) for AsyncLLM.collective_rpc."""
+
+    def _hedgespec(self) -> HedgeSpecProposer | None:
+        drafter = getattr(getattr(self, "model_runner", None), "drafter", None)
+        return drafter if isinstance(drafter, HedgeSpecProposer) else None
+
+    def hedgespec_active(self) -> int:
+        proposer = self._hedgespec()
+        return proposer.active if proposer else 0
+
+    def hedgespec_release(self, request_ids: list[str]) -> dict[str, list[tuple]]:
+        proposer = self._hedgespec()
+        return proposer.release(request_ids) if proposer else {}

@@ -1,0 +1,149 @@
+"""The vLLM backend's proposer driven as vLLM's model runner drives it (hedgespec.vllm_proposer), with
+no vLLM: a stand-in runner names the batch's requests, and a greedy stand-in target commits, each
+step, the longest prefix of the draft that matches its own fixed text, and one token more (vLLM's
+rule). Runs in the default suite; tests/test_vllm.py runs the real engine."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from hedgespec import vllm_proposer
+from hedgespec.config import EngineConfig
+from hedgespec.models import loading
+from hedgespec.vllm_engine import PROPOSER_ENV, speculation_args
+
+K = 4
+PERIOD = [5, 6, 7]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Runner:
+    """What the proposer reads of vLLM's model runner: the batch's request ids and their SamplingParams."""
+
+    def __init__(self):
+        self.input_batch = SimpleNamespace(req_ids=[])
+        self.requests = {}
+
+    def load(self, proposer) -> None:
+        proposer.load_model(None)  # the proposer finds this runner among its callers' frames
+
+    def add(self, request_id: str, max_tokens: int, speculate: bool = True, **speculation) -> None:
+        params = SimpleNamespace(max_tokens=max_tokens, seed=0, ignore_eos=False,
+                                 extra_args=speculation_args(speculate, None, None) | speculation)
+        self.requests[request_id] = SimpleNamespace(sampling_params=params)
+        self.input_batch.req_ids.append(request_id)
+
+    def remove(self, request_id: str) -> None:
+        self.input_batch.req_ids.remove(request_id)
+        del self.requests[request_id]
+
+
+@pytest.fixture
+def proposer(monkeypatch):
+    config = EngineConfig.model_validate({"target": {"model": "tiny:0"}, "k": K,
+                                          "drafters": [{"name": "lookup", "kind": "prompt_lookup", "max_ngram": 3}],
+                                          "selector": {"name": "hedgespec", "loss": "eal"}})
+    monkeypatch.setenv(PROPOSER_ENV, config.model_dump_json())
+    clock = Clock()
+    monkeypatch.setattr(vllm_proposer.time, "perf_counter", clock)
+    vocab = loading.vocab_size("tiny:0")
+    made = vllm_proposer.HedgeSpecProposer(SimpleNamespace(
+        model_config=SimpleNamespace(get_vocab_size=lambda: vocab, max_model_len=512)))
+    runner = Runner()
+    runner.load(made)
+    return made, runner, clock
+
+
+def commit(draft: list[int], truth: list[int], position: int) -> list[int]:
+    """vLLM's greedy verification against `truth`: the matching prefix of the draft, and the next token."""
+    accepted = 0
+    while accepted < len(draft) and draft[accepted] == truth[position + accepted]:
+        accepted += 1
+    return truth[position:position + accepted + 1]
+
+
+def drive(proposer, runner, clock, texts: dict[str, list[int]], prompt_len: int, steps: int, step_s: float = 0.1):
+    """vLLM's steps over the batch: returns every draft the proposer gave, per request. A request
+    leaves the batch after the step that committed its EOS or its max_tokens-th token, as vLLM's
+    scheduler drops it (the proposer has seen that step)."""
+    eos = loading.eos_ids("tiny:0")
+    histories = {r: t[:prompt_len + 1] for r, t in texts.items()}  # the prefill step committed one token
+    sampled = {r: [t[prompt_len]] for r, t in texts.items()}
+    drafts = {r: [] for r in texts}
+    for _ in range(steps):
+        batch = list(runner.input_batch.req_ids)
+        if not batch:
+            break
+        width = max(len(histories[r]) for r in batch)
+        token_ids = np.zeros((len(batch), width + 8), dtype=np.int64)
+        for i, r in enumerate(batch):
+            token_ids[i, :len(histories[r])] = histories[r]
+        out = proposer.propose([sampled[r] for r in batch], np.array([len(histories[r]) for r in batch]), token_ids)
+        clock.now += step_s
+        for r, draft in zip(batch, out):
+            if eos & set(sampled[r]) or len(histories[r]) - prompt_len >= runner.requests[r].sampling_params.max_tokens:
+                runner.remove(r)
+                continue
+            drafts[r].append(draft)
+            sampled[r] = commit(draft, texts[r], len(histories[r]))
+            histories[r] += sampled[r]
+    return drafts, histories
+
+
+def test_drafts_are_prompt_lookups_and_rounds_account_for_every_token(proposer):
+    proposer, runner, clock = proposer
+    truth = PERIOD * 40
+    runner.add("a-00000001", max_tokens=200)
+    drafts, histories = drive(proposer, runner, clock, {"a-00000001": truth}, prompt_len=9, steps=6)
+    # a periodic text: prompt lookup's next K tokens are the text's own next K, so every draft is whole and right
+    position = 10
+    for draft in drafts["a-00000001"]:
+        assert draft == truth[position:position + K]
+        position += K + 1
+    assert proposer.active > 0
+    runner.remove("a-00000001")
+    rounds = proposer.release(["a"])["a"]  # vLLM's id carries a suffix after the caller's
+    assert proposer.active == 0
+    committed = [r[3] for r in rounds]
+    # the prefill's token, then the first five steps' rounds (the sixth step's commitment was not yet handed back)
+    assert sum(committed) == len(histories["a-00000001"]) - 9 - (K + 1)
+    assert committed == [1] + [K + 1] * 5 and [r[2] for r in rounds] == [0] + [K] * 5
+
+
+def test_a_step_is_charged_to_its_requests_in_proportion_to_the_tokens_they_had_verified(proposer):
+    proposer, runner, clock = proposer
+    runner.add("a", max_tokens=200)
+    runner.add("b", max_tokens=200, speculate=False)
+    runner.add("c", max_tokens=200)
+    texts = {"a": PERIOD * 40, "b": list(range(8, 60)), "c": PERIOD * 40}
+    drafts, _ = drive(proposer, runner, clock, texts, prompt_len=9, steps=4, step_s=0.25)
+    assert all(d == [] for d in drafts["b"]), "a request that asked for no speculation is never drafted for"
+    rounds = {r: proposer.release([r])[r] for r in ("a", "c")}
+    assert proposer.release(["b"]) == {}
+    # after the prefill step (priced as no arm), a and c verify K + 1 tokens each, b one, every 0.25 s
+    for r in ("a", "c"):
+        assert rounds[r][0][6] == 0.0
+        verify_seconds = [round(x[6], 9) for x in rounds[r][1:]]
+        assert verify_seconds == [round(0.25 * (K + 1) / (2 * (K + 1) + 1), 9)] * 3
+
+
+def test_a_request_ends_at_its_eos_and_at_max_tokens(proposer):
+    proposer, runner, clock = proposer
+    eos = min(loading.eos_ids("tiny:0"))
+    ends_at_eos = PERIOD * 4 + [eos] + PERIOD * 10
+    runner.add("eos", max_tokens=200)
+    runner.add("short", max_tokens=6)
+    drive(proposer, runner, clock, {"eos": ends_at_eos, "short": PERIOD * 40}, prompt_len=6, steps=5)
+    # both ended in the proposer at their last step, before vLLM dropped them from the batch
+    assert not proposer.live and not runner.input_batch.req_ids
+    rounds = proposer.release(["eos", "short"])
+    assert sum(r[3] for r in rounds["eos"]) == len(PERIOD * 4) + 1 - 6  # up to and with the EOS
+    assert sum(r[3] for r in rounds["short"]) == 6
+    assert proposer.active == 0

@@ -54,7 +54,7 @@ def request(client: httpx.Client, model: str, prompt: str, max_tokens: int, temp
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": temperature, "seed": seed, "stream": True, "stream_options": {"include_usage": True},
             "speculate": speculate}
-    start, first, text, tokens, outcome, arrivals = time.perf_counter(), None, [], 0, "lost", []
+    start, first, text, tokens, outcome, arrivals, stats = time.perf_counter(), None, [], 0, "lost", [], None
     try:
         with client.stream("POST", "/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT_S) as response:
             if response.status_code != 200:
@@ -75,13 +75,14 @@ def request(client: httpx.Client, model: str, prompt: str, max_tokens: int, temp
                     first = first or arrivals[0]
                 text.append(delta or "")
                 tokens = event.get("usage", {}).get("completion_tokens", tokens)
+                stats = event.get("hedgespec", stats)
     except httpx.HTTPError:
         outcome = "lost"
     end = time.perf_counter()
     return {"outcome": outcome, "text": "".join(text), "tokens": tokens, "seconds": end - start,
             "ttft": None if first is None else first - start,
             "tpot": None if first is None or tokens < 2 else (end - first) / (tokens - 1),
-            "itl": list(np.diff(arrivals))}
+            "itl": list(np.diff(arrivals)), "stats": stats}
 
 
 def run(config_path: str, prompts: list[str], clients: int, duration_s: float, max_tokens: int, seed: int,

@@ -58,6 +58,8 @@ def one_level(client: httpx.Client, model: str, prompts: list[str], clients: int
         thread.join()
     wall = time.perf_counter() - start
     complete = [r for r in results if r["outcome"] == "complete"]
+    rounds = [r["stats"] for r in complete if r["stats"] and r["stats"]["rounds"]]
+    steps = sum(x["rounds"] for x in rounds)
     return {"clients": clients, "requests": len(results), "complete": len(complete), "wall_s": wall,
             "errors": dict(Counter(r["outcome"] for r in results if r["outcome"] != "complete")),
             "tokens": sum(r["tokens"] for r in complete),
@@ -65,6 +67,9 @@ def one_level(client: httpx.Client, model: str, prompts: list[str], clients: int
             "ttft_s": percentiles([r["ttft"] for r in complete if r["ttft"] is not None]),
             "tpot_s": percentiles([r["tpot"] for r in complete if r["tpot"] is not None]),
             "itl_s": percentiles([gap for r in complete for gap in r["itl"]]),
+            # HedgeSpec's rounds (vLLM's other kinds report none): tokens committed and drafted per step
+            "mat": sum(x["mat"] * x["rounds"] for x in rounds) / steps if steps else None,
+            "drafted_per_step": sum(x["drafted"] for x in rounds) / steps if steps else None,
             "texts": {r["prompt"]: r["text"] for r in complete}}
 
 
@@ -130,8 +135,9 @@ def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[in
     print(f"{config_path}: {target['model']} on {target['backend']} ({target['dtype']}), greedy, <= {max_tokens} tokens, "
           f"{len(prompts)} prompts, {per_client} requests per client{', eager' if eager else ''}")
     print("| speculation | clients | tokens/s | vs " + kinds[0] + " | TTFT p50/p99 ms | TPOT p50/p99 ms | "
-          "ITL p50/p99 ms | errors | greedy = " + kinds[0] + " |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "ITL p50/p99 ms | tokens/step | drafts/step | errors | greedy = " + kinds[0] + " |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    number = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     baseline = result["runs"][kinds[0]]["levels"]
     failed = False
     for kind, run_ in result["runs"].items():
@@ -141,6 +147,7 @@ def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[in
                   f"{level['tokens_per_s'] / max(reference['tokens_per_s'], 1e-9):.2f}x | "
                   f"{ms(level['ttft_s']['p50'])}/{ms(level['ttft_s']['p99'])} | "
                   f"{ms(level['tpot_s']['p50'])}/{ms(level['tpot_s']['p99'])} | "
-                  f"{ms(level['itl_s']['p50'])}/{ms(level['itl_s']['p99'])} | {level['errors'] or 0} | "
+                  f"{ms(level['itl_s']['p50'])}/{ms(level['itl_s']['p99'])} | {number(level['mat'])} | "
+                  f"{number(level['drafted_per_step'])} | {level['errors'] or 0} | "
                   f"{level['greedy_equal_to_baseline']} |")
     return 1 if failed else 0

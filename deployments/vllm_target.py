@@ -23,6 +23,10 @@ class VLLMTargetDeployment:
         """Requests running in vLLM, and those holding drafter or learner state in the proposer."""
         return {"requests": len(self.engine.running), "proposer": await self.engine.proposer_state()}
 
+    async def check_health(self) -> None:
+        """Serve's health check: a dead engine fails it, and Serve replaces the replica."""
+        await self.engine.check_health()
+
     def __del__(self):
         self.engine.shutdown()
 

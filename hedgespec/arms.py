@@ -61,6 +61,37 @@ class _Mean:
         self.value = x if self.value is None else self.value + max(EMA, 1.0 / self.count) * (x - self.value)
 
 
+class StepCosts:
+    """A batched engine's step (vLLM's): its time as a fixed part a and a part b per token it
+    computes, fitted online by least squares over recent steps (exponentially weighted). A request
+    with n of the step's tokens, in a batch of B requests, is charged a / B + b n: the fixed part
+    is shared, each token costs its marginal compute. With one request that is the verify curve's
+    line; under load the shared part shrinks, so speculation pays only where its accepted tokens
+    outweigh the tokens it adds, and the time objective (feedback.py) shortens k or stops drafting."""
+
+    DECAY = 0.95  # weight of a step per step since: about the last 20 steps count
+
+    def __init__(self):
+        self.sums = np.zeros(5)  # weighted sums of 1, tokens, seconds, tokens^2, tokens * seconds
+
+    def record(self, tokens: int, seconds: float) -> None:
+        self.sums = self.DECAY * self.sums + np.array([1.0, tokens, seconds, tokens * tokens, tokens * seconds])
+
+    def line(self) -> tuple[float, float]:
+        """(a, b); b = 0 until the steps have differed in size (optimism: longer drafts get tried)."""
+        weight, x, y, xx, xy = self.sums
+        if weight == 0:
+            return 0.0, 0.0
+        mean_x, mean_y = x / weight, y / weight
+        spread = xx / weight - mean_x * mean_x
+        slope = float(max(0.0, (xy / weight - mean_x * mean_y) / spread)) if spread > 1e-9 * max(1.0, mean_x * mean_x) else 0.0
+        return max(0.0, float(mean_y - slope * mean_x)), slope
+
+    def share(self, tokens: int, batch: int) -> float:
+        fixed, per_token = self.line()
+        return fixed / batch + per_token * tokens
+
+
 class RoundCosts:
     """Running estimates of a round's parts, in seconds; safe to share between decode threads."""
 

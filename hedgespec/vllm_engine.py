@@ -19,6 +19,7 @@ from hedgespec.decode import Round
 from hedgespec.models import loading
 from hedgespec.sampling import Sampling
 
+RPC_TIMEOUT_S = 10.0  # a worker RPC (the proposer's state) that takes longer: the engine is stuck
 PROPOSER_ENV = "HEDGESPEC_VLLM_PROPOSER"  # the EngineConfig (JSON) the proposer builds its pool from
 PROPOSER = "hedgespec.vllm_proposer.HedgeSpecProposer"
 EXTENSION = "hedgespec.vllm_proposer.ProposerControl"  # worker methods: the proposer's state, and its release
@@ -113,14 +114,18 @@ class VLLMEngine:
         step that no longer holds it (an idle engine runs no step); its rounds."""
         if self.config.target.vllm.speculation != "hedgespec":
             return []
-        answers = await self.engine.collective_rpc("hedgespec_release", args=([request_id],))
+        answers = await self.engine.collective_rpc("hedgespec_release", RPC_TIMEOUT_S, args=([request_id],))
         return [Round(*fields) for answer in answers for fields in answer.get(request_id, [])]
 
     async def proposer_state(self) -> int:
         """Requests holding drafter or learner state in the proposer (0 when idle)."""
         if self.config.target.vllm.speculation != "hedgespec":
             return 0
-        return sum(await self.engine.collective_rpc("hedgespec_active"))
+        return sum(await self.engine.collective_rpc("hedgespec_active", RPC_TIMEOUT_S))
+
+    async def check_health(self) -> None:
+        """Raises once the engine is dead (vLLM's EngineDeadError): Serve then restarts the replica."""
+        await self.engine.check_health()
 
     def shutdown(self) -> None:
         self.engine.shutdown()

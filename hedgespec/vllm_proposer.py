@@ -16,10 +16,10 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
 - Scores: vLLM keeps the target's distributions, so a drafter's gamma is the indicator that its
   token was committed (pool.score): exact under greedy decoding, an unbiased estimate of p(d)
   under sampling.
-- Costs: one step serves the whole batch; a request's round is charged the step's time in
-  proportion to the tokens it had verified (its draft and one), so that under load, when a step's
-  fixed cost is shared by many requests and every extra token costs its marginal compute, the
-  time objective prices long drafts and speculation itself as they then cost.
+- Costs: one step serves the whole batch; its time is fitted as a fixed part and a part per token
+  (arms.StepCosts), and a request's round is charged the fixed part's share and its own tokens'
+  (its draft and one): under load, when many requests share the fixed part, the time objective
+  prices long drafts, and speculation itself, as they then cost.
 
 vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
 calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's
@@ -33,7 +33,7 @@ from dataclasses import astuple, dataclass, field
 
 import torch
 
-from hedgespec.arms import RoundCosts
+from hedgespec.arms import RoundCosts, StepCosts
 from hedgespec.calibration import DepthCalibration
 from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.decode import Request, Round, Speculation, through_eos
@@ -75,6 +75,7 @@ class HedgeSpecProposer:
         self.max_model_len = vllm_config.model_config.max_model_len
         n, k = len(self.pool.names), self.config.k
         self.costs, self.calibration = RoundCosts(n, k), DepthCalibration(n, k)
+        self.steps = StepCosts()
         self.warm = WarmStarts()
         self.live: dict[str, _Live] = {}
         self.finished: dict[str, list[Round]] = {}  # ended here, not yet released by the engine
@@ -105,11 +106,12 @@ class HedgeSpecProposer:
         # a prompt prefilled in chunks is overcharged, only while it is new)
         scheduled = [len(self.live[r].draft) + 1 if r in self.live else 1 if r in self.plain
                      else int(num_tokens_no_spec[i]) for i, r in enumerate(batch)]
-        total = max(1, sum(scheduled))
+        if step is not None:
+            self.steps.record(sum(scheduled), step)
         drafts = []
         for i, request_id in enumerate(batch):
             committed = list(sampled_token_ids[i]) if i < len(sampled_token_ids) else []
-            share = None if step is None else step * scheduled[i] / total
+            share = None if step is None else self.steps.share(scheduled[i], len(batch))
             drafts.append(self._round(request_id, committed, share, token_ids_cpu[i, :num_tokens_no_spec[i]]))
         self.returned_at = time.perf_counter()
         return drafts
@@ -185,7 +187,9 @@ class HedgeSpecProposer:
         caller = lambda r: r if r in wanted else r.rsplit("-", 1)[0]  # noqa: E731
         for request_id in [r for r in self.live if caller(r) in wanted]:
             self._end(request_id)
-        return {caller(r): [astuple(x) for x in self.finished.pop(r)] for r in list(self.finished) if caller(r) in wanted}
+        # plain Python values: vLLM's RPC serializes with msgpack, and a numpy scalar kills its output thread
+        return {caller(r): [tuple(v.item() if hasattr(v, "item") else v for v in astuple(x)) for x in self.finished.pop(r)]
+                for r in list(self.finished) if caller(r) in wanted}
 
     @property
     def active(self) -> int:

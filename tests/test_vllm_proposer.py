@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from hedgespec import vllm_proposer
+from hedgespec.arms import StepCosts
 from hedgespec.config import EngineConfig
 from hedgespec.models import loading
 from hedgespec.vllm_engine import PROPOSER_ENV, speculation_args
@@ -69,10 +70,12 @@ def commit(draft: list[int], truth: list[int], position: int) -> list[int]:
     return truth[position:position + accepted + 1]
 
 
-def drive(proposer, runner, clock, texts: dict[str, list[int]], prompt_len: int, steps: int, step_s: float = 0.1):
-    """vLLM's steps over the batch: returns every draft the proposer gave, per request. A request
-    leaves the batch after the step that committed its EOS or its max_tokens-th token, as vLLM's
-    scheduler drops it (the proposer has seen that step)."""
+def drive(proposer, runner, clock, texts: dict[str, list[int]], prompt_len: int, steps: int,
+          step_s=lambda tokens: 0.1, log: list | None = None):
+    """vLLM's steps over the batch: returns every draft the proposer gave, per request. A step
+    takes step_s(the tokens it verifies) on the clock (`log` gets each step's batch and those
+    tokens per request). A request leaves the batch after the step that committed its EOS or its
+    max_tokens-th token, as vLLM's scheduler drops it (the proposer has seen that step)."""
     eos = loading.eos_ids("tiny:0")
     histories = {r: t[:prompt_len + 1] for r, t in texts.items()}  # the prefill step committed one token
     sampled = {r: [t[prompt_len]] for r, t in texts.items()}
@@ -86,10 +89,17 @@ def drive(proposer, runner, clock, texts: dict[str, list[int]], prompt_len: int,
         for i, r in enumerate(batch):
             token_ids[i, :len(histories[r])] = histories[r]
         out = proposer.propose([sampled[r] for r in batch], np.array([len(histories[r]) for r in batch]), token_ids)
-        clock.now += step_s
+        verifying = {}
         for r, draft in zip(batch, out):
             if eos & set(sampled[r]) or len(histories[r]) - prompt_len >= runner.requests[r].sampling_params.max_tokens:
                 runner.remove(r)
+                continue
+            verifying[r] = len(draft) + 1
+        clock.now += step_s(sum(verifying.values()))
+        if log is not None:
+            log.append(verifying)
+        for r, draft in zip(batch, out):
+            if r not in verifying:
                 continue
             drafts[r].append(draft)
             sampled[r] = commit(draft, texts[r], len(histories[r]))
@@ -117,21 +127,41 @@ def test_drafts_are_prompt_lookups_and_rounds_account_for_every_token(proposer):
     assert committed == [1] + [K + 1] * 5 and [r[2] for r in rounds] == [0] + [K] * 5
 
 
-def test_a_step_is_charged_to_its_requests_in_proportion_to_the_tokens_they_had_verified(proposer):
+def test_step_costs_recover_a_linear_step_and_share_its_fixed_part():
+    costs = StepCosts()
+    for tokens in (6, 1, 11, 3, 16):
+        costs.record(tokens, 0.040 + 0.002 * tokens)
+    assert costs.line() == pytest.approx((0.040, 0.002))
+    assert costs.share(6, batch=4) == pytest.approx(0.040 / 4 + 0.002 * 6)
+    same = StepCosts()
+    same.record(6, 0.05)
+    same.record(6, 0.05)
+    assert same.line() == pytest.approx((0.05, 0.0))  # one size seen: no slope yet
+
+
+def test_a_step_is_charged_its_fixed_part_shared_and_each_request_its_own_tokens(proposer):
     proposer, runner, clock = proposer
-    runner.add("a", max_tokens=200)
+    fixed, per_token = 0.2, 0.01
+    runner.add("a", max_tokens=12)  # its drafts, then its end, change the step's size and the batch's
     runner.add("b", max_tokens=200, speculate=False)
     runner.add("c", max_tokens=200)
     texts = {"a": PERIOD * 40, "b": list(range(8, 60)), "c": PERIOD * 40}
-    drafts, _ = drive(proposer, runner, clock, texts, prompt_len=9, steps=4, step_s=0.25)
+    log = []
+    drafts, _ = drive(proposer, runner, clock, texts, prompt_len=9, steps=6,
+                      step_s=lambda tokens: fixed + per_token * tokens, log=log)
     assert all(d == [] for d in drafts["b"]), "a request that asked for no speculation is never drafted for"
     rounds = {r: proposer.release([r])[r] for r in ("a", "c")}
     assert proposer.release(["b"]) == {}
-    # after the prefill step (priced as no arm), a and c verify K + 1 tokens each, b one, every 0.25 s
+    # plain values only: vLLM's RPC encoder refuses a numpy scalar, and that kills the engine's output thread
+    assert {type(v) for rs in rounds.values() for x in rs for v in x} <= {str, int, float, type(None)}
+    sizes = [sum(step.values()) for step in log]
+    assert len(set(sizes)) > 1
+    fitted = next(i for i in range(len(sizes)) if len(set(sizes[:i + 1])) > 1)  # two sizes: the line is exact
     for r in ("a", "c"):
-        assert rounds[r][0][6] == 0.0
-        verify_seconds = [round(x[6], 9) for x in rounds[r][1:]]
-        assert verify_seconds == [round(0.25 * (K + 1) / (2 * (K + 1) + 1), 9)] * 3
+        assert rounds[r][0][6] == 0.0  # the prefill step prices no arm
+        # round i + 1 of a request was verified in step i
+        for step, round_ in zip(log[fitted:], rounds[r][fitted + 1:]):
+            assert round_[6] == pytest.approx(fixed / len(step) + per_token * step[r])
 
 
 def test_a_request_ends_at_its_eos_and_at_max_tokens(proposer):

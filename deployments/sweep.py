@@ -74,7 +74,8 @@ def one_level(client: httpx.Client, model: str, prompts: list[str], clients: int
 
 
 def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
-        max_tokens: int, eager: bool = False) -> dict:
+        max_tokens: int, eager: bool = False, single: list[str] | None = None) -> dict:
+    """`single`: another prompt set, sent once each by one client after the levels (the same app)."""
     runs = {}
     for kind in kinds:
         args, speculate = kind_args(serve_args(config_path), kind, eager)
@@ -89,18 +90,19 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
                 # warm-up at this concurrency (vLLM compiles per batch shape on first use)
                 one_level(pool, config.model_name, prompts[:clients], clients, 1, 8, speculate)
                 levels_out.append(one_level(pool, config.model_name, prompts, clients, per_client, max_tokens, speculate))
+            alone = one_level(pool, config.model_name, single, 1, len(single), max_tokens, speculate) if single else None
             stats = client.get("/stats").json()
-        runs[kind] = {"startup_s": startup, "levels": levels_out, "stats_after": stats}
-    baseline = runs[kinds[0]]["levels"]
+        runs[kind] = {"startup_s": startup, "levels": levels_out, "single": alone, "stats_after": stats}
+    baseline = runs[kinds[0]]["levels"] + [runs[kinds[0]]["single"]] * bool(single)
     for kind in kinds:
-        for level, reference in zip(runs[kind]["levels"], baseline):
+        for level, reference in zip(runs[kind]["levels"] + [runs[kind]["single"]] * bool(single), baseline):
             same = [text == reference["texts"].get(prompt) for prompt, text in level["texts"].items()
                     if prompt in reference["texts"]]
             level["greedy_equal_to_baseline"] = f"{sum(same)}/{len(same)}"
     settings = ServeConfig.model_validate(serve_args(config_path)).engine.target
     return {"config": config_path, "target": settings.model_dump(), "kinds": kinds, "levels": levels,
             "requests_per_client": per_client, "max_tokens": max_tokens, "prompts": len(prompts), "eager": eager,
-            "runs": runs}
+            "single_prompts": len(single or []), "runs": runs}
 
 
 def plot(result: dict, path: str) -> None:
@@ -123,8 +125,8 @@ def plot(result: dict, path: str) -> None:
 
 
 def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
-         max_tokens: int, eager: bool, json_out: str | None, plot_out: str | None) -> int:
-    result = run(config_path, prompts, kinds, levels, per_client, max_tokens, eager)
+         max_tokens: int, eager: bool, json_out: str | None, plot_out: str | None, single: list[str] | None = None) -> int:
+    result = run(config_path, prompts, kinds, levels, per_client, max_tokens, eager, single)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(result, f, indent=2)
@@ -138,16 +140,23 @@ def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[in
           "ITL p50/p99 ms | tokens/step | drafts/step | errors | greedy = " + kinds[0] + " |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     number = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    baseline = result["runs"][kinds[0]]["levels"]
     failed = False
-    for kind, run_ in result["runs"].items():
-        for level, reference in zip(run_["levels"], baseline):
-            failed |= bool(level["errors"])
-            print(f"| {kind} | {level['clients']} | {level['tokens_per_s']:.1f} | "
-                  f"{level['tokens_per_s'] / max(reference['tokens_per_s'], 1e-9):.2f}x | "
-                  f"{ms(level['ttft_s']['p50'])}/{ms(level['ttft_s']['p99'])} | "
-                  f"{ms(level['tpot_s']['p50'])}/{ms(level['tpot_s']['p99'])} | "
-                  f"{ms(level['itl_s']['p50'])}/{ms(level['itl_s']['p99'])} | {number(level['mat'])} | "
-                  f"{number(level['drafted_per_step'])} | {level['errors'] or 0} | "
-                  f"{level['greedy_equal_to_baseline']} |")
+    for label, rows in (("levels", lambda r: r["levels"]), ("single", lambda r: [r["single"]] if r["single"] else [])):
+        baseline = rows(result["runs"][kinds[0]])
+        if label == "single" and baseline:
+            print(f"\nthe second set ({result['single_prompts']} prompts), one client:")
+        for kind, run_ in result["runs"].items():
+            for level, reference in zip(rows(run_), baseline):
+                failed |= bool(level["errors"])
+                _row(kind, level, reference, ms, number)
     return 1 if failed else 0
+
+
+def _row(kind: str, level: dict, reference: dict, ms, number) -> None:
+    print(f"| {kind} | {level['clients']} | {level['tokens_per_s']:.1f} | "
+          f"{level['tokens_per_s'] / max(reference['tokens_per_s'], 1e-9):.2f}x | "
+          f"{ms(level['ttft_s']['p50'])}/{ms(level['ttft_s']['p99'])} | "
+          f"{ms(level['tpot_s']['p50'])}/{ms(level['tpot_s']['p99'])} | "
+          f"{ms(level['itl_s']['p50'])}/{ms(level['itl_s']['p99'])} | {number(level['mat'])} | "
+          f"{number(level['drafted_per_step'])} | {level['errors'] or 0} | "
+          f"{level['greedy_equal_to_baseline']} |")

@@ -11,6 +11,7 @@ of a round (remote hops, bookkeeping) with and without a draft. One `RoundCosts`
 the engine or the serving replica, so every request starts from what the earlier ones measured.
 """
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,8 +96,11 @@ class StepCosts:
 class RoundCosts:
     """Running estimates of a round's parts, in seconds; safe to share between decode threads."""
 
-    def __init__(self, n_drafters: int, k: int):
+    def __init__(self, n_drafters: int, k: int, verify_model: Callable[[int], float] | None = None):
+        """`verify_model`: the verify time of n tokens from elsewhere (a batched engine's StepCosts
+        at its current batch), in place of the running means of the rounds' own verify times."""
         self.n, self.k = n_drafters, k
+        self.verify_model = verify_model
         self.verify = [_Mean() for _ in range(k + 2)]  # index n: a forward over n tokens
         self.draft = [[_Mean() for _ in range(k + 1)] for _ in range(n_drafters)]  # [j][k]
         self.rest = {True: _Mean(), False: _Mean()}  # the rest of a round, with a draft / without
@@ -114,6 +118,8 @@ class RoundCosts:
 
     def verify_curve(self) -> list[float]:
         """verify_s(n) for n = 0..K+1, with the line fitted once."""
+        if self.verify_model is not None:
+            return [self.verify_model(n) for n in range(self.k + 2)]
         line = self._line()
         return [self._verify(n, line) for n in range(self.k + 2)]
 
@@ -122,6 +128,8 @@ class RoundCosts:
         models/kernels.py); several tokens follow a line through the measured sizes, weighted by how
         often each was measured, so that one noisy size cannot make a longer draft look cheaper than
         a shorter one. Unmeasured: the nearest thing known (optimism: a size gets tried, then measured)."""
+        if self.verify_model is not None:
+            return self.verify_model(n)
         return self._verify(n, self._line())
 
     def _line(self) -> tuple[float, float] | None:
@@ -146,20 +154,28 @@ class RoundCosts:
     def draft_s(self, drafter: int, k: int) -> float:
         """The propose estimate; unmeasured k scale the measured ones' time per token, and a drafter
         never measured costs 0 (optimism: it gets tried, then measured)."""
+        return self._drafts(drafter)[k]
+
+    def _drafts(self, drafter: int) -> list[float]:
+        """draft_s(drafter, k) for k = 0..K."""
         known = [(kk, m.value) for kk, m in enumerate(self.draft[drafter]) if m.value is not None]
-        exact = dict(known)
-        if k in exact:
-            return exact[k]
-        return k * sum(v / kk for kk, v in known) / len(known) if known else 0.0
+        per_token = sum(v / kk for kk, v in known) / len(known) if known else 0.0
+        estimates = [k * per_token for k in range(self.k + 1)]
+        for kk, value in known:
+            estimates[kk] = value
+        return estimates
 
     def arm_costs(self, arms: Arms) -> np.ndarray:
         with self.lock:
             if (key := (arms.n_drafters, arms.k, len(arms))) not in self.priced:
-                verify = self.verify_curve()
+                verify = np.array(self.verify_curve())
                 rest = {key: m.value or 0.0 for key, m in self.rest.items()}
-                self.priced[key] = np.array([verify[1] + rest[False] if a.drafter is None
-                                                  else self.draft_s(a.drafter, a.k) + verify[a.k + 1] + rest[True]
-                                                  for a in arms.arms])
+                drafts = np.array([self._drafts(j) for j in range(arms.n_drafters)] or np.zeros((0, self.k + 1)))
+                drafting = arms.drafter_of >= 0
+                costs = np.full(len(arms), verify[1] + rest[False])
+                costs[drafting] = (drafts[arms.drafter_of[drafting], arms.ks[drafting]] + verify[arms.ks[drafting] + 1]
+                                   + rest[True])
+                self.priced[key] = costs
             return self.priced[key]
 
     def snapshot(self) -> dict:

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--mixed", type=int, metavar="N", help="instead: the first N queries of the mixed stream")
     load.add_argument("--json", help="also write the results to this JSON file")
     load.add_argument("--plot", help="also plot tokens/s against clients to this PNG")
+    load.add_argument("--single", help="JSON-lines prompts also sent once each by one client (e.g. a chat-style set)")
     load.set_defaults(run=_bench_load)
 
     soak = bench.add_parser("soak", help="N concurrent streaming clients against the app for a fixed time")
@@ -242,7 +243,7 @@ def _bench_load(args) -> int:
     kinds = args.kinds.split(",") if args.kinds else list(sweep.VLLM_KINDS if backend == "vllm" else sweep.HF_KINDS)
     return sweep.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), kinds,
                       [int(n) for n in args.clients.split(",")], args.requests, args.max_tokens, args.eager, args.json,
-                      args.plot)
+                      args.plot, _prompts(args.single, None) if args.single else None)
 
 
 def _bench_soak(args) -> int:

@@ -123,6 +123,13 @@ class VLLMEngine:
             return 0
         return sum(await self.engine.collective_rpc("hedgespec_active", RPC_TIMEOUT_S))
 
+    async def costs(self) -> dict:
+        """The proposer's cost estimates (empty without HedgeSpec speculation)."""
+        if self.config.target.vllm.speculation != "hedgespec":
+            return {}
+        answers = await self.engine.collective_rpc("hedgespec_costs", RPC_TIMEOUT_S)
+        return answers[0] if answers else {}
+
     async def check_health(self) -> None:
         """Raises once the engine is dead (vLLM's EngineDeadError): Serve then restarts the replica."""
         await self.engine.check_health()

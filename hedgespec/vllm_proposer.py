@@ -17,9 +17,9 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
   token was committed (pool.score): exact under greedy decoding, an unbiased estimate of p(d)
   under sampling.
 - Costs: one step serves the whole batch; its time is fitted as a fixed part and a part per token
-  (arms.StepCosts), and a request's round is charged the fixed part's share and its own tokens'
-  (its draft and one): under load, when many requests share the fixed part, the time objective
-  prices long drafts, and speculation itself, as they then cost.
+  (arms.StepCosts, over decode steps), and an arm drafting k is priced, at the current batch size,
+  as the fixed part's share and its k + 1 tokens' compute: under load, when many requests share
+  the fixed part, the time objective prices long drafts, and speculation itself, as they then cost.
 
 vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
 calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's
@@ -74,8 +74,9 @@ class HedgeSpecProposer:
         self.eos_ids = loading.eos_ids(target.model)
         self.max_model_len = vllm_config.model_config.max_model_len
         n, k = len(self.pool.names), self.config.k
-        self.costs, self.calibration = RoundCosts(n, k), DepthCalibration(n, k)
-        self.steps = StepCosts()
+        self.steps, self.batch = StepCosts(), 1  # the step's fit, and the requests of the step being priced
+        self.costs = RoundCosts(n, k, lambda tokens: self.steps.share(tokens, self.batch))
+        self.calibration = DepthCalibration(n, k)
         self.warm = WarmStarts()
         self.live: dict[str, _Live] = {}
         self.finished: dict[str, list[Round]] = {}  # ended here, not yet released by the engine
@@ -106,8 +107,12 @@ class HedgeSpecProposer:
         # a prompt prefilled in chunks is overcharged, only while it is new)
         scheduled = [len(self.live[r].draft) + 1 if r in self.live else 1 if r in self.plain
                      else int(num_tokens_no_spec[i]) for i, r in enumerate(batch)]
-        if step is not None:
+        # decode steps only: a prefill's hundreds of tokens would pull the line away from what a
+        # round's few cost
+        if step is not None and all(r in self.live or r in self.plain for r in batch):
             self.steps.record(sum(scheduled), step)
+        self.batch = len(batch)
+        self.costs.priced.clear()  # the arms' prices follow the batch
         drafts = []
         for i, request_id in enumerate(batch):
             committed = list(sampled_token_ids[i]) if i < len(sampled_token_ids) else []
@@ -191,6 +196,13 @@ class HedgeSpecProposer:
         return {caller(r): [tuple(v.item() if hasattr(v, "item") else v for v in astuple(x)) for x in self.finished.pop(r)]
                 for r in list(self.finished) if caller(r) in wanted}
 
+    def costs_snapshot(self) -> dict:
+        """What the time objective prices arms with now: the fitted step, and the round costs (ms)."""
+        fixed, per_token = self.steps.line()
+        rounds = self.costs.snapshot()
+        return {"step_ms": {"fixed": 1e3 * fixed, "per_token": 1e3 * per_token},
+                "verify_ms": {str(n): v for n, v in rounds["verify_ms"].items()}, "rest_ms": rounds["rest_ms"]}
+
     @property
     def active(self) -> int:
         """Requests holding state here (drafters', learners', rounds not yet collected): 0 when idle."""
@@ -207,6 +219,10 @@ class ProposerControl:
     def hedgespec_active(self) -> int:
         proposer = self._hedgespec()
         return proposer.active if proposer else 0
+
+    def hedgespec_costs(self) -> dict:
+        proposer = self._hedgespec()
+        return proposer.costs_snapshot() if proposer else {}
 
     def hedgespec_release(self, request_ids: list[str]) -> dict[str, list[tuple]]:
         proposer = self._hedgespec()

@@ -22,3 +22,21 @@ def test_sustained_load_loses_nothing_and_changes_no_greedy_text():
         assert f"ServeReplica:hedgespec:{deployment}" in titles
     stats = result["stats_after"]
     assert stats["in_flight"] == 0 and stats["target"] == 0
+
+
+def test_bench_load_sweeps_clients_per_kind_and_speculation_changes_no_greedy_text():
+    from deployments import sweep
+    prompts = ["abc abc abc abc", "The quick brown fox", "SELECT name FROM users WHERE"]
+    result = sweep.run("configs/serve-tiny.yaml", prompts, ["none", "hedgespec"], [1, 3], 1, 16,
+                       single=["one two one two one two"])
+    for kind in ("none", "hedgespec"):
+        run = result["runs"][kind]
+        assert [level["clients"] for level in run["levels"]] == [1, 3]
+        for level in run["levels"] + [run["single"]]:
+            assert level["complete"] == level["requests"] and not level["errors"]
+            assert level["tokens_per_s"] > 0 and level["itl_s"]["p99"] >= level["itl_s"]["p50"]
+            same, total = map(int, level["greedy_equal_to_baseline"].split("/"))
+            assert total > 0 and same == total  # HedgeSpec's greedy text is the target's own
+    alone = result["runs"]["none"]["levels"][1]
+    assert alone["mat"] == 1.0 and alone["drafted_per_step"] == 0  # the target alone: a token per forward
+    assert result["runs"]["hedgespec"]["levels"][1]["mat"] >= 1.0

@@ -1,7 +1,8 @@
 """The Ingress: OpenAI-compatible HTTP in front of the decode loop.
 
 Each request's loop runs in a worker thread over the handle adapters (adapters.py); text deltas
-come back to the event loop for server-sent events. A client that goes away sets the request's
+come back to the event loop for server-sent events. On the vLLM backend there is no loop here: the
+engine decodes and speculates, and the ingress reads its stream of tokens on the event loop. A client that goes away sets the request's
 cancel flag: the loop stops at its next round and frees the request's state in every deployment.
 The door (access.py: the API key and the body size) and the per-key limit come before any work;
 a failure inside reaches the client as a 503 (the target is down) or a 500 that names only the

@@ -3,7 +3,8 @@ draft at all), draft, verify (one target forward); then the evaluation phase sco
 on the committed tokens and the selector learns.
 
 It is written against small interfaces (Target, DrafterPool, Selector); the in-process engine and
-the Ray deployments both call it. The evaluation of a round is a future that completes beside the
+the Ray deployments both call it. A round's speculation (choose, draft, then score and learn) is
+`Speculation`, which the vLLM backend's proposer also runs, inside vLLM's own loop. The evaluation of a round is a future that completes beside the
 next round (a worker thread in process, the drafter groups behind Ray): the loop hands a round's
 scores to the learner one round later, when they have had the whole next round to arrive, so the
 scoring stays off the critical path unless it takes longer than a round. Each round's

@@ -119,3 +119,10 @@ def test_bad_input_gets_a_4xx_on_the_vllm_backend(server):
     assert too_long.status_code == 400 and "max_tokens" in too_long.json()["error"]["message"]
     pinned = server.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "speculation": {"drafter": "nope"}})
     assert pinned.status_code == 400
+
+
+def test_a_sampled_request_is_served_and_frees_its_state(server):
+    answer = chat(server, PROMPTS[0], temperature=0.8, seed=7)
+    assert answer["usage"]["completion_tokens"] > 0 and answer["choices"][0]["message"]["content"]
+    assert answer["hedgespec"]["rounds"] >= 1
+    assert wait_for_no_state(server)["target"] == {"requests": 0, "proposer": 0}

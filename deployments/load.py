@@ -85,6 +85,17 @@ def request(client: httpx.Client, model: str, prompt: str, max_tokens: int, temp
             "itl": list(np.diff(arrivals)), "stats": stats}
 
 
+def concurrently(client_loop, clients: int) -> float:
+    """client_loop(0), ..., client_loop(clients - 1) in threads at once; the wall time until all are done."""
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
+
+
 def run(config_path: str, prompts: list[str], clients: int, duration_s: float, max_tokens: int, seed: int,
         warmup_s: float) -> dict:
     args = serve_args(config_path)
@@ -108,13 +119,7 @@ def run(config_path: str, prompts: list[str], clients: int, duration_s: float, m
                         into.append(result | {"prompt": prompt, "temperature": temperature})
                     i += clients
 
-            start = time.perf_counter()
-            threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            return time.perf_counter() - start
+            return concurrently(client_loop, clients)
 
         # warm-up: the same load, so that caches, allocator arenas and thread pools reach the size this
         # load needs; what the memory does after that is what the load leaves behind

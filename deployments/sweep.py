@@ -17,7 +17,7 @@ from collections import Counter
 
 import httpx
 
-from deployments.load import CLIENT_TIMEOUT_S, percentiles, request
+from deployments.load import CLIENT_TIMEOUT_S, concurrently, percentiles, request
 from deployments.local import local_app, serve_args
 from hedgespec.config import ServeConfig
 
@@ -50,13 +50,7 @@ def one_level(client: httpx.Client, model: str, prompts: list[str], clients: int
             with lock:
                 results.append(result | {"prompt": prompt})
 
-    start = time.perf_counter()
-    threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - start
+    wall = concurrently(client_loop, clients)
     complete = [r for r in results if r["outcome"] == "complete"]
     rounds = [r["stats"] for r in complete if r["stats"] and r["stats"]["rounds"]]
     steps = sum(x["rounds"] for x in rounds)

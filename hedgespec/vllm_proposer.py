@@ -68,9 +68,8 @@ class HedgeSpecProposer:
         self.config = EngineConfig.model_validate_json(os.environ[PROPOSER_ENV])
         target = self.config.target
         vocab = vllm_config.model_config.get_vocab_size()
-        tokenizer = loading.load_tokenizer(target.model)
-        self.tokenizer = tokenizer
-        self.pool = LocalPool(build_drafters(self.config.drafters, vocab, tokenizer, target), background=False)
+        self.tokenizer = loading.load_tokenizer(target.model)
+        self.pool = LocalPool(build_drafters(self.config.drafters, vocab, self.tokenizer, target), background=False)
         self.eos_ids = loading.eos_ids(target.model)
         self.max_model_len = vllm_config.model_config.max_model_len
         n, k = len(self.pool.names), self.config.k
@@ -192,6 +191,7 @@ class HedgeSpecProposer:
         caller = lambda r: r if r in wanted else r.rsplit("-", 1)[0]  # noqa: E731
         for request_id in [r for r in self.live if caller(r) in wanted]:
             self._end(request_id)
+        self.plain = {r for r in self.plain if caller(r) not in wanted}
         # plain Python values: vLLM's RPC serializes with msgpack, and a numpy scalar kills its output thread
         return {caller(r): [tuple(v.item() if hasattr(v, "item") else v for v in astuple(x)) for x in self.finished.pop(r)]
                 for r in list(self.finished) if caller(r) in wanted}

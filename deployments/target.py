@@ -1,5 +1,6 @@
 """The Target deployment: the target model, its per-request KV caches, and verification."""
 import asyncio
+import logging
 import threading
 
 import torch
@@ -16,6 +17,8 @@ from hedgespec.models.target import HFTarget
 from hedgespec.sampling import Sampling
 from hedgespec.transport import compact, expand_draft
 
+logger = logging.getLogger("ray.serve")
+
 
 @serve.deployment(name="Target", max_ongoing_requests=512)
 class TargetDeployment:
@@ -23,6 +26,8 @@ class TargetDeployment:
         if threads:  # Ray caps a replica's threads at its num_cpus unless told otherwise
             torch.set_num_threads(threads)
         config = TargetConfig.model_validate(config)
+        logger.info("target %s on the HF backend: one forward at a time, every drafter kind (target.backend: vllm "
+                    "batches requests, configs/serve-vllm.yaml)", config.model)
         model, _ = loading.load(config.model, config.dtype, config.device)
         self.target = HFTarget(CachedLM(model))
         self.greedy: dict[str, bool] = {}

@@ -81,7 +81,7 @@ def test_bundled_heads_named_by_the_configs_are_committed_and_fit_smollm2(path):
 
 
 @pytest.mark.parametrize("path", [ROOT / "serve_config.yaml", ROOT / "configs/serve-lookup.yaml",
-                                  ROOT / "configs/serve-tiny.yaml"], ids=lambda p: p.name)
+                                  ROOT / "configs/serve-tiny.yaml", ROOT / "configs/serve-vllm.yaml"], ids=lambda p: p.name)
 def test_cpu_serve_configs_fit_the_two_core_machine_they_are_documented_for(path):
     """Ray never schedules a replica whose CPUs do not fit: `serve run` would wait forever."""
     config = load_serve_config(path)
@@ -115,3 +115,19 @@ def test_the_served_app_and_the_experiments_use_the_same_pool():
     experiments = load_config(ROOT / "configs/pool.yaml").drafters
     assert load_serve_config(ROOT / "serve_config.yaml").engine.drafters == experiments
     assert load_config(ROOT / "configs/matrix.yaml").drafters[:len(experiments)] == experiments
+
+
+def test_the_vllm_backend_takes_the_pools_token_drafters_and_refuses_the_rest():
+    vllm = {"backend": "vllm"}
+    cheap = EngineConfig.model_validate({"target": vllm, "pool": "configs/pool.yaml",
+                                         "pool_kinds": ["prompt_lookup", "datastore"]})
+    pool = yaml.safe_load((ROOT / "configs/pool.yaml").read_text())["drafters"]
+    assert [d.name for d in cheap.drafters] == [d["name"] for d in pool if d["kind"] in ("prompt_lookup", "datastore")]
+    with pytest.raises(ValidationError, match="need the HF backend"):
+        EngineConfig.model_validate({"target": vllm, "pool": "configs/pool.yaml"})  # the heads
+    with pytest.raises(ValidationError, match="not a tiny"):
+        EngineConfig.model_validate({"target": {"backend": "vllm", "model": "tiny:0"}})
+    with pytest.raises(ValidationError, match="name one"):
+        EngineConfig.model_validate({"pool_kinds": ["datastore"]})
+    with pytest.raises(ValidationError, match="no `groups`"):
+        ServeConfig.model_validate({"engine": {"target": vllm}, "groups": [{"name": "g", "kinds": ["prompt_lookup"]}]})

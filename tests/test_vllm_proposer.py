@@ -177,3 +177,16 @@ def test_a_request_ends_at_its_eos_and_at_max_tokens(proposer):
     assert sum(r[3] for r in rounds["eos"]) == len(PERIOD * 4) + 1 - 6  # up to and with the EOS
     assert sum(r[3] for r in rounds["short"]) == 6
     assert proposer.active == 0
+
+
+def test_a_request_that_leaves_the_batch_unfinished_is_ended_at_the_next_step(proposer):
+    proposer, runner, clock = proposer
+    runner.add("stays", max_tokens=200)
+    runner.add("aborted", max_tokens=200)
+    texts = {"stays": PERIOD * 40, "aborted": PERIOD * 40}
+    drive(proposer, runner, clock, texts, prompt_len=9, steps=2)
+    assert set(proposer.live) == {"stays", "aborted"}
+    runner.remove("aborted")  # vLLM aborted it (the client went away): no EOS, no max_tokens
+    drive(proposer, runner, clock, {"stays": PERIOD * 40}, prompt_len=9, steps=1)
+    assert set(proposer.live) == {"stays"} and "aborted" in proposer.finished
+    assert proposer.release(["aborted"])["aborted"] and "aborted" not in proposer.finished

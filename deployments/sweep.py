@@ -87,9 +87,9 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
             alone = one_level(pool, config.model_name, single, 1, len(single), max_tokens, speculate) if single else None
             stats = client.get("/stats").json()
         runs[kind] = {"startup_s": startup, "levels": levels_out, "single": alone, "stats_after": stats}
-    baseline = runs[kinds[0]]["levels"] + [runs[kinds[0]]["single"]] * bool(single)
+    measured = lambda run_: run_["levels"] + ([run_["single"]] if run_["single"] else [])  # noqa: E731
     for kind in kinds:
-        for level, reference in zip(runs[kind]["levels"] + [runs[kind]["single"]] * bool(single), baseline):
+        for level, reference in zip(measured(runs[kind]), measured(runs[kinds[0]])):
             same = [text == reference["texts"].get(prompt) for prompt, text in level["texts"].items()
                     if prompt in reference["texts"]]
             level["greedy_equal_to_baseline"] = f"{sum(same)}/{len(same)}"

@@ -29,4 +29,3 @@ class VLLMTargetDeployment:
 
     def __del__(self):
         self.engine.shutdown()
-

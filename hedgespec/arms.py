@@ -116,6 +116,11 @@ class RoundCosts:
             self.rest[drafter is not None].add(max(0.0, round_s - draft_s - verify_s))
             self.priced.clear()
 
+    def reprice(self) -> None:
+        """The verify model changed (a batched engine's batch size): the arms' prices follow it."""
+        with self.lock:
+            self.priced.clear()
+
     def verify_curve(self) -> list[float]:
         """verify_s(n) for n = 0..K+1, with the line fitted once."""
         if self.verify_model is not None:

@@ -111,7 +111,7 @@ class HedgeSpecProposer:
         if step is not None and all(r in self.live or r in self.plain for r in batch):
             self.steps.record(sum(scheduled), step)
         self.batch = len(batch)
-        self.costs.priced.clear()  # the arms' prices follow the batch
+        self.costs.reprice()  # the arms' prices follow the batch
         drafts = []
         for i, request_id in enumerate(batch):
             committed = list(sampled_token_ids[i]) if i < len(sampled_token_ids) else []

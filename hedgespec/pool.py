@@ -10,6 +10,10 @@ drafter's catch-up and draft. The awake flags offered for a round are those afte
 the latest (the loop waits for that round's scores anyway, decode.Learning): a fixed lag of one
 round, so that the choices, and with them a seeded sampled text, do not depend on thread timing.
 The learner sees the exact awake rows in the scores; only the choice is a round behind, as behind Ray.
+Without the worker (the vLLM backend's proposer, where scoring is part of vLLM's step) every round
+is scored before the next choice, so the flags offered are those after the latest round: whether a
+drafter has a proposal now. A round behind, prompt lookup's flag is often wrong (a new match has
+appeared, an old one has ended), and a learner offered wrong flags picks sleeping drafters.
 """
 import threading
 import time
@@ -131,6 +135,8 @@ class LocalPool:
 
     def awake(self, request_id):
         request = self.requests[request_id]
+        if self.worker is None and request.rounds:  # scored as it was handed over: the flags are current
+            return request.rounds[-1].ready.copy()
         if len(request.rounds) < 2:
             return request.ready.copy()
         before = request.rounds[-2]

@@ -16,6 +16,7 @@ from hedgespec.engine import Engine
 from hedgespec.interfaces import Verified
 from hedgespec.models import loading
 from hedgespec.models.target import HFTarget
+from hedgespec.pool import LocalPool
 from hedgespec.sampling import Sampling
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -149,13 +150,13 @@ def pool_engine(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pool")
     model, _ = loading.load("tiny:0")
     save_head(tmp / "head.safetensors", random_head(model), torch.arange(0, 200))
-    reference = Engine(EngineConfig(target=TargetConfig(model="tiny:0"), drafters=[]))
+    reference = Engine(EngineConfig(target=TargetConfig(model="tiny:0", dtype="float32"), drafters=[]))
     target_only = {p: reference.generate(p, 48, speculate=False) for p in PROMPTS}
     Datastore.build([g.tokens for g in target_only.values()]).save(tmp / "store.npz")
     drafters = [DrafterConfig(name="eagle", kind="eagle", artifact=str(tmp / "head.safetensors")),
                 DrafterConfig(name="store", kind="datastore", artifact=str(tmp / "store.npz"), max_ngram=8, min_ngram=2),
                 DrafterConfig(name="lookup", kind="prompt_lookup")]
-    return Engine(EngineConfig(target=TargetConfig(model="tiny:0"), drafters=drafters, k=4, threads=1)), target_only
+    return Engine(EngineConfig(target=TargetConfig(model="tiny:0", dtype="float32"), drafters=drafters, k=4, threads=1)), target_only
 
 
 @pytest.mark.parametrize("selector", [SelectorConfig(name="fixed", drafter="eagle"), SelectorConfig(name="fixed", drafter="store"),
@@ -205,6 +206,21 @@ def test_prompt_lookup_drafts_the_chain_its_scores_credit():
     assert observation.tokens.tolist() == [1, 2, 1] and observation.awake.all()
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_the_awake_flags_offered_are_current_when_scoring_is_synchronous(background):
+    """Prompt lookup has nothing to copy after the prompt [1, 2, 3, 4]; once a round commits 1, it has
+    (1 was followed by 2). Scored synchronously (the vLLM proposer) the next choice sees that at
+    once; scored on the worker, the flags stay a round behind (decode.Learning's fixed lag)."""
+    pool = LocalPool([PromptLookupDrafter("lookup", vocab=16)], background=background)
+    pool.begin("r", [1, 2, 3, 4], None, Sampling(), 0)
+    assert pool.awake("r").tolist() == [False]
+    pool.evaluate("r", Verified([1], 0, 0, None, torch.zeros(1, 1))).result()
+    assert pool.awake("r").tolist() == [not background]
+    pool.evaluate("r", Verified([9], 0, 0, None, torch.zeros(1, 1))).result()  # 9 is new: nothing to copy
+    assert pool.awake("r").tolist() == [False] if not background else [True]
+    pool.release("r")
+
+
 class ScriptedTarget:
     """A target whose greedy continuation is a fixed script: verification accepts the draft's
     longest prefix that follows the script and commits one more scripted token."""
@@ -242,7 +258,6 @@ def test_scored_acceptance_length_equals_what_the_round_committed(kind):
     from hedgespec.decode import Request, decode
     from hedgespec.feedback import DelayedLosses
     from hedgespec.learners.selectors import make_selector
-    from hedgespec.pool import LocalPool
     from hedgespec.text import TextStream
     k, vocab, prompt = 5, 16, SCRIPT[:8]
     drafter = (PromptLookupDrafter("d", vocab, max_ngram=3, min_ngram=1) if kind == "prompt_lookup" else

@@ -40,7 +40,7 @@ def cache(tmp_path_factory):
 
 
 def test_features_are_the_targets_states_and_answers(cache):
-    engine = Engine(EngineConfig(target=TargetConfig(model="tiny:0"), drafters=[]))
+    engine = Engine(EngineConfig(target=TargetConfig(model="tiny:0", dtype="float32"), drafters=[]))
     features = load_features("python")
     assert features.hidden.dtype.name == "float16" and len(features.tokens) == len(features.hidden)
     answered = [s for s in range(len(features.answers)) if features.answers[s] < features.starts[s + 1] - features.starts[s]]
@@ -95,7 +95,7 @@ def test_pool_artifacts_load_as_drafters_and_keep_greedy_output(cache):
     drafters = [DrafterConfig(name="general", kind="eagle", artifact="zoo/heads/general.safetensors"),
                 DrafterConfig(name="python", kind="eagle", artifact="zoo/heads/python.safetensors"),
                 DrafterConfig(name="store", kind="datastore", artifact="zoo/datastores/python.npz", max_ngram=8, min_ngram=2)]
-    engine = Engine(EngineConfig(target=TargetConfig(model="tiny:0"), drafters=drafters, k=4,
+    engine = Engine(EngineConfig(target=TargetConfig(model="tiny:0", dtype="float32"), drafters=drafters, k=4,
                                  selector=SelectorConfig(name="hedgespec-sleeping")))
     for prompt in ["def mean(values):", "Explain the following."]:
         assert engine.generate(prompt, 32).tokens == engine.generate(prompt, 32, speculate=False).tokens

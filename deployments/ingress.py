@@ -35,7 +35,7 @@ from hedgespec.arms import RoundCosts
 from hedgespec.calibration import DepthCalibration
 from hedgespec.config import SelectorConfig, ServeConfig
 from hedgespec.decode import Cancelled, Generation, Request as DecodeRequest, decode
-from hedgespec.engine import delayed_losses
+from hedgespec.engine import build_selector, delayed_losses
 from hedgespec.models import loading
 from hedgespec.sampling import Sampling
 from hedgespec.text import TextStream, encode_prompt
@@ -264,7 +264,10 @@ class Ingress:
     def _generate(self, job: _Job, on_text=None) -> Generation:
         rid = job.request_id
         pool = RemotePool(self.groups, rid, self.background) if self.groups and job.speculate else None
-        selector = RemoteSelector(self.selector, rid, self.background, job.seed, job.selector, job.k) if pool else None
+        if pool and job.selector.name == "fixed":  # a pinned drafter: no learner to ask, none to wait for
+            selector = build_selector(job.selector, pool.names, job.k, job.seed)
+        else:
+            selector = RemoteSelector(self.selector, rid, self.background, job.seed, job.selector, job.k) if pool else None
         losses = delayed_losses(job.selector, len(pool.names), job.k, self.costs, self.calibration) if pool else None
         stream = TextStream(self.tokenizer, job.max_tokens, job.stop, self.eos_ids)
         request = DecodeRequest(job.tokens, job.max_tokens, job.sampling, job.seed, job.stop, job.text, rid)
@@ -284,7 +287,7 @@ class Ingress:
                 with self.counting:
                     if pool and pool.rebuilds:
                         self.recovered["groups"] += pool.rebuilds
-                    if selector and selector.recoveries:
+                    if getattr(selector, "recoveries", 0):
                         self.recovered["selector"] += selector.recoveries
         return self._answered(job, generation)
 

@@ -48,12 +48,13 @@ def replica_memory() -> dict[str, int]:
 
 
 def request(client: httpx.Client, model: str, prompt: str, max_tokens: int, temperature: float, seed: int,
-            speculate: bool = True) -> dict:
+            speculate: bool = True, speculation: dict | None = None) -> dict:
     """One streaming chat request: how it ended, its text, tokens and timings (`itl`: the gaps
-    between its text events, vLLM's inter-token latency where an event carries one token)."""
+    between its text events, vLLM's inter-token latency where an event carries one token).
+    `speculation`: the request's own (the API's extension, e.g. {"drafter": NAME} pins a drafter)."""
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": temperature, "seed": seed, "stream": True, "stream_options": {"include_usage": True},
-            "speculate": speculate}
+            "speculate": speculate, **({"speculation": speculation} if speculation else {})}
     start, first, text, tokens, outcome, arrivals, stats = time.perf_counter(), None, [], 0, "lost", [], None
     try:
         with client.stream("POST", "/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT_S) as response:

@@ -96,9 +96,10 @@ class StepCosts:
 class RoundCosts:
     """Running estimates of a round's parts, in seconds; safe to share between decode threads."""
 
-    def __init__(self, n_drafters: int, k: int, verify_model: Callable[[int], float] | None = None):
-        """`verify_model`: the verify time of n tokens from elsewhere (a batched engine's StepCosts
-        at its current batch), in place of the running means of the rounds' own verify times."""
+    def __init__(self, n_drafters: int, k: int, verify_model: Callable[[np.ndarray], np.ndarray] | None = None):
+        """`verify_model`: the verify times of arrays of token counts from elsewhere (a batched
+        engine's StepCosts at its current batch), in place of the running means of the rounds' own
+        verify times."""
         self.n, self.k = n_drafters, k
         self.verify_model = verify_model
         self.verify = [_Mean() for _ in range(k + 2)]  # index n: a forward over n tokens
@@ -124,7 +125,7 @@ class RoundCosts:
     def verify_curve(self) -> list[float]:
         """verify_s(n) for n = 0..K+1, with the line fitted once."""
         if self.verify_model is not None:
-            return [self.verify_model(n) for n in range(self.k + 2)]
+            return [float(v) for v in self.verify_model(np.arange(self.k + 2))]  # plain floats: they cross vLLM's RPC
         line = self._line()
         return [self._verify(n, line) for n in range(self.k + 2)]
 

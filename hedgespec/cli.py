@@ -50,10 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--eager", action="store_true", help="vLLM without torch.compile (starts fast, decodes slower)")
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
-    load.add_argument("--mixed", type=int, metavar="N", help="instead: the first N queries of the mixed stream")
+    load.add_argument("--mixed", type=int, metavar="N", help="the first N queries of the mixed stream (before the "
+                                                             "--prompts file's, if both are given)")
     load.add_argument("--json", help="also write the results to this JSON file")
     load.add_argument("--plot", help="also plot tokens/s against clients to this PNG")
     load.add_argument("--single", help="JSON-lines prompts also sent once each by one client (e.g. a chat-style set)")
+    load.add_argument("--pinned", default="", help="comma-separated drafters of the pool, each also run alone "
+                                                   "(`speculation.drafter`) in the hedgespec kind's app")
     load.set_defaults(run=_bench_load)
 
     soak = bench.add_parser("soak", help="N concurrent streaming clients against the app for a fixed time")
@@ -241,9 +244,11 @@ def _bench_load(args) -> int:
     from deployments.local import serve_args
     backend = ServeConfig.model_validate(serve_args(args.config)).engine.target.backend
     kinds = args.kinds.split(",") if args.kinds else list(sweep.VLLM_KINDS if backend == "vllm" else sweep.HF_KINDS)
-    return sweep.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), kinds,
-                      [int(n) for n in args.clients.split(",")], args.requests, args.max_tokens, args.eager, args.json,
-                      args.plot, _prompts(args.single, None) if args.single else None)
+    prompts = (_prompts(None, None, args.mixed, args.seed) if args.mixed else []) + (
+        _prompts(args.prompts, None) if args.prompts or not args.mixed else [])
+    return sweep.main(args.config, prompts, kinds, [int(n) for n in args.clients.split(",")], args.requests,
+                      args.max_tokens, args.eager, args.json, args.plot, _prompts(args.single, None) if args.single else None,
+                      [d for d in args.pinned.split(",") if d])
 
 
 def _bench_soak(args) -> int:

@@ -65,15 +65,14 @@ def score(verified: Verified, observation: Observation) -> tuple[np.ndarray, np.
     formulas with q one-hot). Without the target's distributions (`verified.probs` None: the vLLM
     backend, which keeps them), gamma is the indicator that d was committed: exact under greedy
     decoding, and under sampling an unbiased estimate of p(d), since x was drawn from p."""
-    committed = torch.as_tensor(verified.tokens)
     if observation.probs is None:
-        ratio = (observation.tokens == committed).float()
+        # numpy, not torch: this runs for every drafter and request at every vLLM step
+        hit = (observation.tokens.numpy() == np.asarray(verified.tokens)).astype(np.float32)
         if verified.probs is None:
-            return ratio.numpy(), ratio.numpy(), observation.awake.numpy()
+            return hit, hit, observation.awake.numpy()
         drafted = observation.tokens.clamp_min(0)  # asleep positions (-1) are masked by `awake`
-        gamma = verified.probs.gather(-1, drafted[:, None])[:, 0]
-    else:
-        gamma, ratio = acceptance(verified.probs, observation.probs, committed)
+        return verified.probs.gather(-1, drafted[:, None])[:, 0].numpy(), hit, observation.awake.numpy()
+    gamma, ratio = acceptance(verified.probs, observation.probs, torch.as_tensor(verified.tokens))
     return gamma.numpy(), ratio.numpy(), observation.awake.numpy()
 
 

@@ -125,6 +125,37 @@ def test_datastore_counts_continuations_of_the_longest_matching_suffix(tmp_path)
     assert store.continuations([4, 7], 2, 8) is None  # only a 1-token match: below min_ngram
 
 
+def test_datastore_lookups_equal_a_brute_force_scan_of_the_documents():
+    """The compiled suffix-array lookups against scanning every document for the context's longest
+    suffix (min_ngram..max_ngram tokens) that something follows, on random contexts."""
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 6, size=rng.integers(5, 40)).tolist() for _ in range(30)]
+    store = Datastore.build(docs)
+
+    def scan(context, min_ngram, max_ngram):
+        for n in range(min(max_ngram, len(context)), min_ngram - 1, -1):
+            followers = [doc[i + n] for doc in docs for i in range(len(doc) - n) if doc[i:i + n] == context[-n:]]
+            if followers:
+                return dict(zip(*np.unique(followers, return_counts=True)))
+        return None
+
+    for _ in range(300):
+        context = rng.integers(0, 7, size=rng.integers(1, 12)).tolist()  # 6 never occurs in a document
+        min_ngram = int(rng.integers(1, 4))
+        expected = scan(context, min_ngram, 8)
+        found = store.continuations(context, min_ngram, 8)
+        assert (found is None) == (expected is None), context
+        if expected is not None:
+            assert dict(zip(*found)) == expected
+            top = max(expected.values())
+            assert store.most_frequent(context, min_ngram, 8) == min(t for t, c in expected.items() if c == top)
+        else:
+            assert store.most_frequent(context, min_ngram, 8) is None
+        ends = list(range(1, len(context) + 1))
+        assert store.most_frequent_each(context, ends, min_ngram, 8) == [store.most_frequent(context[:e], min_ngram, 8)
+                                                                         for e in ends]
+
+
 def test_datastore_drafter_proposes_the_continuation_and_sleeps_on_unseen_text():
     drafter = DatastoreDrafter("store", Datastore.build(DOCS), vocab=16, max_ngram=8, min_ngram=2)
     drafter.begin("r", [0, 5, 6, 7], None, Sampling(), 0)

@@ -28,10 +28,13 @@ def test_bench_load_sweeps_clients_per_kind_and_speculation_changes_no_greedy_te
     from deployments import sweep
     prompts = ["abc abc abc abc", "The quick brown fox", "SELECT name FROM users WHERE"]
     result = sweep.run("configs/serve-tiny.yaml", prompts, ["none", "hedgespec"], [1, 3], 1, 16,
-                       single=["one two one two one two"])
-    for kind in ("none", "hedgespec"):
+                       single=["one two one two one two"], pinned=["prompt-lookup"])
+    assert result["kinds"] == ["none", "hedgespec", "prompt-lookup alone"]
+    for kind in result["kinds"]:
         run = result["runs"][kind]
         assert [level["clients"] for level in run["levels"]] == [1, 3]
+        # every prompt at least once at every level: one client sends all three
+        assert [level["requests"] for level in run["levels"]] == [3, 3]
         for level in run["levels"] + [run["single"]]:
             assert level["complete"] == level["requests"] and not level["errors"]
             assert level["tokens_per_s"] > 0 and level["itl_s"]["p99"] >= level["itl_s"]["p50"]
@@ -40,3 +43,5 @@ def test_bench_load_sweeps_clients_per_kind_and_speculation_changes_no_greedy_te
     alone = result["runs"]["none"]["levels"][1]
     assert alone["mat"] == 1.0 and alone["drafted_per_step"] == 0  # the target alone: a token per forward
     assert result["runs"]["hedgespec"]["levels"][1]["mat"] >= 1.0
+    # the pinned run drafted with prompt lookup alone (or not at all, where it had nothing to copy)
+    assert set(result["runs"]["prompt-lookup alone"]["levels"][1]["rounds_by_drafter"]) <= {"prompt-lookup", "none"}

@@ -99,7 +99,8 @@ class RoundCosts:
     def __init__(self, n_drafters: int, k: int, verify_model: Callable[[np.ndarray], np.ndarray] | None = None):
         """`verify_model`: the verify times of arrays of token counts from elsewhere (a batched
         engine's StepCosts at its current batch), in place of the running means of the rounds' own
-        verify times."""
+        verify times. Its owner reprices once per step (`reprice`, the batch changed): the many
+        rounds of a step record without repricing after each."""
         self.n, self.k = n_drafters, k
         self.verify_model = verify_model
         self.verify = [_Mean() for _ in range(k + 2)]  # index n: a forward over n tokens
@@ -115,7 +116,8 @@ class RoundCosts:
                 self.draft[drafter][min(drafted, self.k)].add(draft_s)
             self.verify[min(drafted + 1, self.k + 1)].add(verify_s)
             self.rest[drafter is not None].add(max(0.0, round_s - draft_s - verify_s))
-            self.priced.clear()
+            if self.verify_model is None:
+                self.priced.clear()
 
     def reprice(self) -> None:
         """The verify model changed (a batched engine's batch size): the arms' prices follow it."""

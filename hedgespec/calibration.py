@@ -30,6 +30,7 @@ class DepthCalibration:
         self.scored = np.zeros((n_drafters, k, 2))
         self.real = np.zeros((n_drafters, k, 2))
         self.lock = threading.Lock()
+        self.latest: np.ndarray | None = None  # the factors, until the next record
 
     def record(self, drafter: int, gamma: np.ndarray, carry: np.ndarray, drafted: int, accepted: int) -> None:
         """One played round: the drafter's scores over the window from its start (gamma, and the
@@ -42,12 +43,15 @@ class DepthCalibration:
             reached = np.arange(depths) <= accepted  # depth d (from 0) was drafted after d accepted ones
             self.real[drafter, :depths, 0] += reached
             self.real[drafter, :depths, 1] += np.arange(depths) < accepted
+            self.latest = None
 
     def factors(self) -> np.ndarray:
         """[K, N]: the factor of each depth (rows) for each drafter (columns)."""
         with self.lock:
-            rate = lambda counts: (counts[..., 1] + PRIOR / 2) / (counts[..., 0] + PRIOR)  # noqa: E731
-            return np.clip(rate(self.real) / rate(self.scored), *BOUNDS).T
+            if self.latest is None:
+                rate = lambda counts: (counts[..., 1] + PRIOR / 2) / (counts[..., 0] + PRIOR)  # noqa: E731
+                self.latest = np.clip(rate(self.real) / rate(self.scored), *BOUNDS).T
+            return self.latest
 
     def snapshot(self, names: list[str]) -> dict:
         """Per drafter: rounds counted and the factor per depth (benchmarks, /stats)."""

@@ -142,9 +142,10 @@ class DelayedLosses:
     def _deliver(self, complete: bool = True) -> MaturedLoss:
         gamma = np.zeros((self.window, self.n))
         ratio = np.zeros((self.window, self.n))
-        for j, (g, a, awake) in enumerate(self.rows):
-            gamma[j] = np.where(awake, g, 0.0)
-            ratio[j] = np.where(awake, a, 0.0)
+        rows = len(self.rows)  # fewer than the window only when flushed: the rest stays 0
+        awake_rows = np.array([row[2] for row in self.rows])
+        gamma[:rows] = np.where(awake_rows, [row[0] for row in self.rows], 0.0)
+        ratio[:rows] = np.where(awake_rows, [row[1] for row in self.rows], 0.0)
         awake = self.rows[0][2]
         start = self.pushed - len(self.rows)
         if self.calibration is not None and self.loss != "tap":

@@ -6,6 +6,7 @@ handles that satisfy the same protocols, so `engine.decode` never knows where it
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from hedgespec.sampling import Sampling
@@ -50,11 +51,13 @@ class Observation:
     it would have proposed there at all (an abstaining drafter is asleep; its row is zero).
 
     A drafter whose q is a point mass at every position (prompt lookup always; any drafter under
-    greedy decoding) gives `tokens`, the token it would draft at each position, and no `probs`: its
-    scores then need no full-vocabulary rows at all (pool.score)."""
+    greedy decoding) gives `tokens`, the token it would draft at each position (-1: asleep), and no
+    `probs`: its scores then need no full-vocabulary rows at all (pool.score). Those two may be numpy
+    arrays, which the drafters scored at every vLLM step for every request use (tiny tensors cost
+    more to make than the lookups that fill them)."""
     probs: torch.Tensor | None
-    awake: torch.Tensor
-    tokens: torch.Tensor | None = None
+    awake: torch.Tensor | np.ndarray
+    tokens: torch.Tensor | np.ndarray | None = None
 
 
 class Target(Protocol):

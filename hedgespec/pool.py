@@ -65,15 +65,17 @@ def score(verified: Verified, observation: Observation) -> tuple[np.ndarray, np.
     formulas with q one-hot). Without the target's distributions (`verified.probs` None: the vLLM
     backend, which keeps them), gamma is the indicator that d was committed: exact under greedy
     decoding, and under sampling an unbiased estimate of p(d), since x was drawn from p."""
+    awake = np.asarray(observation.awake)
     if observation.probs is None:
         # numpy, not torch: this runs for every drafter and request at every vLLM step
-        hit = (observation.tokens.numpy() == np.asarray(verified.tokens)).astype(np.float32)
+        drafted = np.asarray(observation.tokens)
+        hit = (drafted == np.asarray(verified.tokens)).astype(np.float32)
         if verified.probs is None:
-            return hit, hit, observation.awake.numpy()
-        drafted = observation.tokens.clamp_min(0)  # asleep positions (-1) are masked by `awake`
-        return verified.probs.gather(-1, drafted[:, None])[:, 0].numpy(), hit, observation.awake.numpy()
+            return hit, hit, awake
+        drafted = torch.as_tensor(np.maximum(drafted, 0))  # asleep positions (-1) are masked by `awake`
+        return verified.probs.gather(-1, drafted[:, None])[:, 0].numpy(), hit, awake
     gamma, ratio = acceptance(verified.probs, observation.probs, torch.as_tensor(verified.tokens))
-    return gamma.numpy(), ratio.numpy(), observation.awake.numpy()
+    return gamma.numpy(), ratio.numpy(), awake
 
 
 def drafter_seeds(seed: int, n: int) -> list[int]:
@@ -169,10 +171,27 @@ class LocalPool:
                         remaining=len(self.drafters))
         request.rounds.append(scored)
         if self.worker is None:
-            self._score_all(request_id)
+            self._score_now(request_id, scored)
         else:
             self.worker.submit(self._score_all, request_id)
         return scored.future
+
+    def _score_now(self, request_id: str, scored: _Round) -> None:
+        """Without the worker every round is scored as it is handed over, by every drafter in turn:
+        nothing runs beside it, so no locks or per-drafter bookkeeping (the vLLM proposer does this
+        for every request of every step)."""
+        request, start = self.requests[request_id], time.perf_counter()
+        try:
+            columns = [score(scored.verified, drafter.observe(request_id, scored.verified)) for drafter in self.drafters]
+            scored.ready[:] = [drafter.ready(request_id) for drafter in self.drafters]
+        except Exception as error:  # the loop raises it from the round's future
+            scored.future.set_exception(error)
+            return
+        request.done = [len(request.rounds)] * len(self.drafters)
+        scored.future.set_result(Scores(*(np.stack([c[f] for c in columns], axis=1) for f in range(3))))
+        scored.verified = None  # the round's distributions are no longer needed
+        with self.counting:
+            self.scoring_seconds["critical"] += time.perf_counter() - start
 
     def _score_all(self, request_id: str) -> None:
         """Every round not yet scored, oldest first, each by every drafter: the learner gets the

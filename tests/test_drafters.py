@@ -27,9 +27,10 @@ def dense(observation, vocab: int = 16) -> torch.Tensor:
     """An observation's rows over the vocabulary: one-hot where it gives point masses, zero where asleep."""
     if observation.probs is not None:
         return observation.probs
-    rows = torch.zeros(len(observation.tokens), vocab)
-    awake = observation.tokens >= 0
-    rows[awake.nonzero()[:, 0], observation.tokens[awake]] = 1.0
+    tokens = torch.as_tensor(observation.tokens)
+    rows = torch.zeros(len(tokens), vocab)
+    awake = tokens >= 0
+    rows[awake.nonzero()[:, 0], tokens[awake]] = 1.0
     return rows
 
 

@@ -265,7 +265,7 @@ class DatastoreDrafter:
             after = self.store.most_frequent_each(text, range(len(text) - m + 1, len(text) + 1), self.min_ngram,
                                                   self.max_ngram)
             history.next, history.known = after[-1], True
-            tokens = torch.tensor([-1 if t is None else t for t in [first] + after[:-1]])
+            tokens = np.array([-1 if t is None else t for t in [first] + after[:-1]])
             return Observation(None, tokens >= 0, tokens)
         probs = torch.zeros(len(verified.tokens), self.vocab)
         awake = torch.zeros(len(verified.tokens), dtype=torch.bool)

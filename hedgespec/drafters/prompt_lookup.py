@@ -12,6 +12,7 @@ past the end of the history instead of stopping there.
 from collections import ChainMap
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from hedgespec.interfaces import Draft, Observation, Verified
@@ -79,7 +80,7 @@ class PromptLookupDrafter:
             proposed = self._match(history.tokens, history.follows)
             proposals.append(-1 if proposed is None else proposed)
             self._append(history.tokens, history.follows, token)
-        tokens = torch.tensor(proposals)
+        tokens = np.array(proposals)
         return Observation(None, tokens >= 0, tokens)
 
     def release(self, request_id: str) -> None:

@@ -92,6 +92,7 @@ class _RegretLearner(ABC):
         if self.prior.shape != (n,) or not (self.prior > 0).all():
             raise ValueError(f"prior must be {n} positive numbers")
         self.prior = _normalized(self.prior)
+        self.log_prior = np.log(self.prior)
         self.regret = np.zeros(n)
 
     def _awake_prior(self, mask: np.ndarray) -> np.ndarray:
@@ -99,7 +100,7 @@ class _RegretLearner(ABC):
 
     def _softmax_awake(self, logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """pi_i e^{logits_i} over the awake set; the prior alone if every awake weight is 0."""
-        x = np.where(mask, logits + np.log(self.prior), -np.inf)
+        x = np.where(mask, logits + self.log_prior, -np.inf)
         top = x.max()
         if top == -np.inf:
             return self._awake_prior(mask)

@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-vllm setup setup-vllm serve serve-vllm demo test test-faults test-vllm test-slow
+.PHONY: install install-vllm setup serve serve-hf demo test test-faults test-vllm test-slow
 
 install: $(VENV)/.installed
 
@@ -23,22 +23,20 @@ $(VENV)/.installed-vllm: $(VENV)/.installed
 	$(BIN)/python -c "import vllm"
 	touch $@
 
-# everything the main job needs: the environment, the real SmolLM2 target, the domain corpora and
-# the embedded drafter pool (committed heads; datastores built from the corpora) in the cache
-setup: install
+# everything the main job needs: the environment with vLLM, the real SmolLM2 target, the domain
+# corpora and the embedded drafter pool (committed heads; datastores built from the corpora) in the cache
+setup: install-vllm
 	$(BIN)/hedgespec prepare
 	$(BIN)/hedgespec data build
 	$(BIN)/hedgespec zoo install
 
-setup-vllm: setup install-vllm
-
-# the OpenAI-compatible Ray Serve application on http://127.0.0.1:8000 (Ctrl-C stops it)
+# the OpenAI-compatible Ray Serve application on http://127.0.0.1:8000, on vLLM (Ctrl-C stops it)
 serve: setup
 	$(BIN)/serve run serve_config.yaml
 
-# the same on the vLLM backend (configs/serve-vllm.yaml)
-serve-vllm: setup-vllm
-	$(BIN)/serve run configs/serve-vllm.yaml
+# the same API on the HF backend: the whole pool, the EAGLE heads too, groups and Selector as deployments
+serve-hf: setup
+	$(BIN)/serve run configs/serve-hf.yaml
 
 # one in-process generation, no Ray
 demo: setup
@@ -52,7 +50,7 @@ test-faults: install
 	$(BIN)/pytest -q -m faults
 
 # the app on the vLLM backend with the real target: one engine start, about 5 minutes
-test-vllm: setup-vllm
+test-vllm: setup
 	$(BIN)/pytest -q -m vllm
 
 # real SmolLM2 runs, registry builds, long benchmarks

@@ -27,7 +27,7 @@ fi
 $venv/bin/python - "$model" "$kinds" "$out/serve-gpu-vllm.yaml" <<'PY'
 import sys, yaml
 model, kinds, path = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
-document = yaml.safe_load(open("configs/serve-vllm.yaml"))
+document = yaml.safe_load(open("serve_config.yaml"))
 args = document["applications"][0]["args"]
 args["engine"]["target"].update(model=model, device="cuda", dtype="auto")
 args["engine"]["target"]["vllm"].update(gpu_memory_utilization=0.5, max_num_seqs=32)

@@ -23,9 +23,12 @@ def build_app(args: dict) -> Application:
                               max_queued_requests=limits.max_queued_requests,
                               backpressure_config=BackpressureConfig(status_code=503, retry_after_s=limits.retry_after_s))
     if engine.target.backend == "vllm":
-        # the drafters and the learner run inside the engine's steps (hedgespec.vllm_proposer says why)
-        return ingress.bind(config.model_dump(), VLLMTargetDeployment.options(**placement).bind(engine.model_dump()),
-                            [], None, [])
+        # the drafters and the learners run inside the engine's steps (hedgespec.vllm_proposer says why); the
+        # Selector merges what they learn across requests (deployments/vllm_target.py)
+        names = [d.name for d in engine.drafters]
+        selector = SelectorDeployment.options(ray_actor_options=small).bind(engine.selector.model_dump(), names, engine.k)
+        target = VLLMTargetDeployment.options(**placement).bind(engine.model_dump(), selector)
+        return ingress.bind(config.model_dump(), target, [], selector, [])
     target = TargetDeployment.options(**placement).bind(engine.target.model_dump(), engine.threads)
     groups, names = [], []
     for group in config.drafter_groups():

@@ -148,7 +148,8 @@ class Ingress:
             groups["+".join(names)] = await _ask(handle.active)
         return {"in_flight": len(self.in_flight), "cancelled": self.cancelled, "recovered": dict(self.recovered),
                 "target": await _ask(self.target.active),
-                "selector": await _ask(self.selector.active) if self.groups else 0, "groups": groups}
+                "selector": await _ask(self.selector.active) if self.groups else 0, "groups": groups,
+                **({"shared_priors": await _ask(self.selector.shared)} if self.vllm else {})}
 
     @app.get("/dashboard", response_class=HTMLResponse)
     async def dashboard(self):

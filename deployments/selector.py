@@ -1,6 +1,10 @@
 """The Selector deployment: per-request learner state (NormalHedge behind the delayed-feedback
 queue by default), fed each round's feedback, answering with the arm for a coming round (a drafter
-and its k, or the plain step, under the time objective; a drafter under the MAT objectives)."""
+and its k, or the plain step, under the time objective; a drafter under the MAT objectives).
+
+On the vLLM backend each request's learner runs inside vLLM's step (a call here per step would cost
+as much as all the rest of the proposer's work), and the Selector holds what they learned across
+requests instead: each Target replica's share of the warm-start prior (`share`), merged for all."""
 import numpy as np
 from ray import serve
 
@@ -10,7 +14,7 @@ from hedgespec.arms import Arms
 from hedgespec.config import SelectorConfig
 from hedgespec.engine import build_selector
 from hedgespec.feedback import RoundFeedback
-from hedgespec.learners.priors import WarmStarts
+from hedgespec.learners.priors import Learned, WarmStarts, merge
 
 
 @serve.deployment(name="Selector", max_ongoing_requests=1024)
@@ -23,6 +27,7 @@ class SelectorDeployment:
         self.order = Sequencer()
         self.metrics = Recorder("hedgespec_selector_weight")
         self.latest: dict[str, float] = {}
+        self.learned: dict[str, Learned] = {}  # vLLM backend: per Target replica, what its requests taught
 
     def _show(self, selector, arms: Arms, choice: int) -> None:
         """Exports the weights behind a choice, summed over each drafter's arms ("none": the plain
@@ -70,6 +75,17 @@ class SelectorDeployment:
                     selector.observe(round_feedback)
                 self.warm.end(selector, key)
         self.order.forget(request_id)
+
+    async def share(self, replica: str, learned: Learned) -> Learned:
+        """A Target replica's own learned priors in; every replica's merged out (a replica that
+        Serve replaced keeps its share: what its requests taught still holds)."""
+        self.learned[replica] = learned
+        return merge(list(self.learned.values()))
+
+    async def shared(self) -> dict:
+        """How many Target replicas shared, and over how many finished requests (per selector and K)."""
+        return {"replicas": len(self.learned),
+                "requests": sum(count for learned in self.learned.values() for count, _ in learned.values())}
 
     async def weights(self) -> dict:
         """The selector and its weights at the latest choice of any request (empty before the first)."""

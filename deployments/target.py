@@ -27,7 +27,7 @@ class TargetDeployment:
             torch.set_num_threads(threads)
         config = TargetConfig.model_validate(config)
         logger.info("target %s on the HF backend: one forward at a time, every drafter kind (target.backend: vllm "
-                    "batches requests, configs/serve-vllm.yaml)", config.model)
+                    "batches requests: serve_config.yaml)", config.model)
         model, _ = loading.load(config.model, config.dtype, config.device)
         self.target = HFTarget(CachedLM(model))
         self.greedy: dict[str, bool] = {}

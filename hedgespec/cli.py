@@ -35,13 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     speed.set_defaults(run=_bench_speed)
 
     serve_bench = bench.add_parser("serve", help="HTTP (Ray Serve) vs in-process vs HTTP target-only, one run")
-    serve_bench.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
+    serve_bench.add_argument("--config", default="configs/serve-hf.yaml", help="Serve config (default: configs/serve-hf.yaml)")
     _add_speed_args(serve_bench)
     _add_singles_args(serve_bench)
     serve_bench.set_defaults(run=_bench_serve)
 
     load = bench.add_parser("load", help="tokens/s and latency against concurrent clients, per kind of speculation, one run")
-    load.add_argument("--config", default="configs/serve-vllm.yaml", help="Serve config (default: configs/serve-vllm.yaml)")
+    load.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
     load.add_argument("--kinds", default=None, help="comma-separated, the baseline first (default: none,ngram,hedgespec "
                                                     "on the vLLM backend, none,hedgespec on HF)")
     load.add_argument("--clients", default="1,2,4,8,16", help="comma-separated client counts")
@@ -164,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench_ties(args) -> int:
+    config, prompts = _engine_config(args), _prompts(args.prompts, args.limit, args.mixed, args.seed)
+    if config.target.backend == "vllm":  # one vLLM engine, its plain decoding against HedgeSpec's
+        from hedgespec.bench import vllm_ties
+        return vllm_ties.main(config, prompts, args.max_tokens)
     from hedgespec.bench import ties
     from hedgespec.engine import Engine
-    return ties.main(Engine(_engine_config(args)), _prompts(args.prompts, args.limit, args.mixed, args.seed), args.max_tokens)
+    return ties.main(Engine(config), prompts, args.max_tokens)
 
 
 def _bench_forward(args) -> int:

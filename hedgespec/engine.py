@@ -25,7 +25,7 @@ class Engine:
     def __init__(self, config: EngineConfig):
         if config.target.backend != "hf":
             raise ValueError("the in-process engine runs the HF backend; the vLLM backend runs in the Serve app "
-                             "(serve run configs/serve-vllm.yaml)")
+                             "(serve run serve_config.yaml)")
         if config.threads:
             torch.set_num_threads(config.threads)
         self.config = config

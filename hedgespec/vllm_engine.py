@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.decode import Round
+from hedgespec.learners.priors import Learned
 from hedgespec.models import loading
 from hedgespec.sampling import Sampling
 
@@ -62,14 +63,16 @@ def speculation_args(speculate: bool, selector: SelectorConfig | None, k: int | 
     return {"hedgespec": {"speculate": speculate, "selector": selector.model_dump() if selector else None, "k": k}}
 
 
-def sampling_params(max_tokens: int, sampling: Sampling, seed: int, speculation: dict | None = None):
+def sampling_params(max_tokens: int, sampling: Sampling, seed: int, speculation: dict | None = None,
+                    logprobs: int | None = None):
     """Token ids only: the caller detokenizes and applies stop strings (hedgespec.text.TextStream,
-    as for the HF backend), and ends the request where one matches by closing `generate`."""
+    as for the HF backend), and ends the request where one matches by closing `generate`.
+    `logprobs`: also each token's top log-probabilities, that many (bench/vllm_ties.py)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
     return SamplingParams(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p,
                           seed=seed, max_tokens=max_tokens, output_kind=RequestOutputKind.DELTA, detokenize=False,
-                          extra_args=speculation)
+                          extra_args=speculation, logprobs=logprobs)
 
 
 @dataclass
@@ -78,6 +81,7 @@ class Piece:
     tokens: list[int]
     finish_reason: str | None  # "stop" or "length" on the last piece
     rounds: list[Round] = field(default_factory=list)  # on the last piece: how the request was speculated
+    logprobs: list[dict[int, float]] | None = None  # per token, where asked for: its top log-probabilities
 
 
 class VLLMEngine:
@@ -99,11 +103,14 @@ class VLLMEngine:
         try:
             async for output in self.engine.generate({"prompt_token_ids": tokens}, params, request_id):
                 completion = output.outputs[0]
+                logprobs = ([{token: float(lp.logprob) for token, lp in position.items()} for position in completion.logprobs]
+                            if completion.logprobs is not None else None)
                 if output.finished:
                     released = True
-                    yield Piece(list(completion.token_ids), completion.finish_reason, await self.release(request_id))
+                    yield Piece(list(completion.token_ids), completion.finish_reason, await self.release(request_id),
+                                logprobs)
                 else:
-                    yield Piece(list(completion.token_ids), None)
+                    yield Piece(list(completion.token_ids), None, logprobs=logprobs)
         finally:
             self.running.discard(request_id)
             if not released:  # aborted (vLLM's generate aborts it on the way out): free the proposer's state now
@@ -122,6 +129,18 @@ class VLLMEngine:
         if self.config.target.vllm.speculation != "hedgespec":
             return 0
         return sum(await self.engine.collective_rpc("hedgespec_active", RPC_TIMEOUT_S))
+
+    async def learned(self) -> Learned:
+        """What the learners of the requests that ended in this engine taught (empty without HedgeSpec)."""
+        if self.config.target.vllm.speculation != "hedgespec":
+            return {}
+        answers = await self.engine.collective_rpc("hedgespec_learned", RPC_TIMEOUT_S)
+        return answers[0] if answers else {}
+
+    async def adopt(self, merged: Learned) -> None:
+        """New requests' learners start from `merged` (learners.priors)."""
+        if self.config.target.vllm.speculation == "hedgespec":
+            await self.engine.collective_rpc("hedgespec_adopt", RPC_TIMEOUT_S, args=(merged,))
 
     async def costs(self) -> dict:
         """The proposer's cost estimates (empty without HedgeSpec speculation)."""

@@ -40,7 +40,7 @@ from hedgespec.decode import Request, Round, Speculation, through_eos
 from hedgespec.drafters import build_drafters
 from hedgespec.engine import build_selector, delayed_losses
 from hedgespec.interfaces import Verified
-from hedgespec.learners.priors import WarmStarts
+from hedgespec.learners.priors import Learned, WarmStarts
 from hedgespec.models import loading
 from hedgespec.pool import LocalPool
 from hedgespec.sampling import Sampling
@@ -227,3 +227,14 @@ class ProposerControl:
     def hedgespec_release(self, request_ids: list[str]) -> dict[str, list[tuple]]:
         proposer = self._hedgespec()
         return proposer.release(request_ids) if proposer else {}
+
+    def hedgespec_learned(self) -> Learned:
+        """What the learners of the requests that ended here taught (their warm-start prior's share)."""
+        proposer = self._hedgespec()
+        return proposer.warm.learned() if proposer else {}
+
+    def hedgespec_adopt(self, merged: Learned) -> None:
+        """New requests' learners start from `merged`: what every engine's requests taught."""
+        proposer = self._hedgespec()
+        if proposer:
+            proposer.warm.adopt(merged)

@@ -81,7 +81,7 @@ def test_bundled_heads_named_by_the_configs_are_committed_and_fit_smollm2(path):
 
 
 @pytest.mark.parametrize("path", [ROOT / "serve_config.yaml", ROOT / "configs/serve-lookup.yaml",
-                                  ROOT / "configs/serve-tiny.yaml", ROOT / "configs/serve-vllm.yaml"], ids=lambda p: p.name)
+                                  ROOT / "configs/serve-tiny.yaml", ROOT / "configs/serve-hf.yaml"], ids=lambda p: p.name)
 def test_cpu_serve_configs_fit_the_two_core_machine_they_are_documented_for(path):
     """Ray never schedules a replica whose CPUs do not fit: `serve run` would wait forever."""
     config = load_serve_config(path)
@@ -111,9 +111,12 @@ def test_a_pool_file_is_the_one_list_of_drafters(tmp_path, monkeypatch):
         ServeConfig.model_validate({"groups": [{"name": "g", "drafters": ["prompt-lookup"]}, {"name": "h", "kinds": ["eagle"]}]})
 
 
-def test_the_served_app_and_the_experiments_use_the_same_pool():
+def test_the_served_apps_and_the_experiments_use_the_same_pool():
     experiments = load_config(ROOT / "configs/pool.yaml").drafters
-    assert load_serve_config(ROOT / "serve_config.yaml").engine.drafters == experiments
+    assert load_serve_config(ROOT / "configs/serve-hf.yaml").engine.drafters == experiments
+    # the default app, on vLLM: the pool's drafters that need no hidden states, in the pool's order
+    assert load_serve_config(ROOT / "serve_config.yaml").engine.drafters == [
+        d for d in experiments if d.kind in ("prompt_lookup", "datastore")]
     assert load_config(ROOT / "configs/matrix.yaml").drafters[:len(experiments)] == experiments
 
 

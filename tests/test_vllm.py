@@ -1,4 +1,4 @@
-"""The app on the vLLM backend (configs/serve-vllm.yaml, eager, float32) over real HTTP, with the
+"""The app on the vLLM backend (serve_config.yaml, eager, float32) over real HTTP, with the
 real SmolLM2 target: one engine start for the module. Behind the `vllm` marker (`make test-vllm`;
 .ci/run installs vLLM and runs it).
 
@@ -29,7 +29,7 @@ PROMPTS = [PARAGRAPH + "\n\nRepeat the paragraph above exactly.",
 
 @pytest.fixture(scope="module")
 def server():
-    args = serve_args("configs/serve-vllm.yaml")
+    args = serve_args("serve_config.yaml")
     args["engine"]["target"].update(dtype="float32")
     args["engine"]["target"]["vllm"].update(enforce_eager=True, max_num_seqs=8)
     with local_app(args, timeout_s=900) as client:
@@ -126,3 +126,14 @@ def test_a_sampled_request_is_served_and_frees_its_state(server):
     assert answer["usage"]["completion_tokens"] > 0 and answer["choices"][0]["message"]["content"]
     assert answer["hedgespec"]["rounds"] >= 1
     assert wait_for_no_state(server)["target"] == {"requests": 0, "proposer": 0}
+
+
+def test_the_selector_holds_what_the_requests_learners_learned(server):
+    """The Target shares what its requests' learners learned (their warm-start prior) with the
+    Selector deployment as requests start and end, at most every 5 s, off their path."""
+    deadline = time.time() + 60
+    while (shared := server.get("/stats").json()["shared_priors"])["requests"] == 0:
+        assert time.time() < deadline, shared
+        chat(server, PROMPTS[2], max_tokens=8)  # a request's start and end are when the Target shares
+        time.sleep(1)
+    assert shared["replicas"] == 1

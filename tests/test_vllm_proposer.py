@@ -9,7 +9,7 @@ import pytest
 
 from hedgespec import vllm_proposer
 from hedgespec.arms import StepCosts
-from hedgespec.config import EngineConfig
+from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.models import loading
 from hedgespec.vllm_engine import PROPOSER_ENV, speculation_args
 
@@ -35,9 +35,9 @@ class Runner:
     def load(self, proposer) -> None:
         proposer.load_model(None)  # the proposer finds this runner among its callers' frames
 
-    def add(self, request_id: str, max_tokens: int, speculate: bool = True, **speculation) -> None:
+    def add(self, request_id: str, max_tokens: int, speculate: bool = True, selector: SelectorConfig | None = None) -> None:
         params = SimpleNamespace(max_tokens=max_tokens, seed=0, ignore_eos=False,
-                                 extra_args=speculation_args(speculate, None, None) | speculation)
+                                 extra_args=speculation_args(speculate, selector, None))
         self.requests[request_id] = SimpleNamespace(sampling_params=params)
         self.input_batch.req_ids.append(request_id)
 
@@ -190,3 +190,21 @@ def test_a_request_that_leaves_the_batch_unfinished_is_ended_at_the_next_step(pr
     drive(proposer, runner, clock, {"stays": PERIOD * 40}, prompt_len=9, steps=1)
     assert set(proposer.live) == {"stays"} and "aborted" in proposer.finished
     assert proposer.release(["aborted"])["aborted"] and "aborted" not in proposer.finished
+
+
+def test_what_ended_requests_learned_is_handed_out_and_a_merged_prior_adopted(proposer):
+    """The worker RPCs behind the Selector's sharing (deployments/vllm_target.py): a warm-starting
+    request that ended is this engine's share; a merged prior is what the next request starts from."""
+    proposer, runner, clock = proposer
+    worker = type("Worker", (vllm_proposer.ProposerControl,), {"model_runner": SimpleNamespace(drafter=proposer)})()
+    warm = SelectorConfig(name="hedgespec", loss="eal", warm_start=True)
+    runner.add("a", max_tokens=12, selector=warm)
+    drive(proposer, runner, clock, {"a": PERIOD * 40}, prompt_len=9, steps=6)
+    proposer.release(["a"])
+    [(key, (count, mean))] = worker.hedgespec_learned().items()
+    assert count == 1 and mean == [1.0]  # one drafter, the MAT objective: one arm
+    worker.hedgespec_adopt({key: (7, [1.0])})
+    runner.add("b", max_tokens=12, selector=warm)
+    drive(proposer, runner, clock, {"b": PERIOD * 40}, prompt_len=9, steps=1)
+    assert proposer.live["b"].speculation.learning.selector.queries == 7
+    assert worker.hedgespec_learned()[key][0] == 1  # still only its own

@@ -97,6 +97,7 @@ class HedgeSpecSelector:
         self.warm_start, self.warm_mix = warm_start, warm_mix
         self.rng = np.random.default_rng(seed)
         self.name = name
+        self.final: np.ndarray | None = None  # the final weights of the last query that ended
         self.queries = 0  # finished queries, and the mean of their final weights
         self.mean_final = np.full(n, 1.0 / n)
         self._played: np.ndarray | None = None
@@ -132,9 +133,9 @@ class HedgeSpecSelector:
         self.reduction.receive(round.matured)
 
     def end(self) -> None:
-        final = self.reduction.final_weights()
+        self.final = self.reduction.final_weights()  # this query's, for priors.WarmStarts
         self.queries += 1
-        self.mean_final += (final - self.mean_final) / self.queries
+        self.mean_final += (self.final - self.mean_final) / self.queries
         self.reduction = None
 
 

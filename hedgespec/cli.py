@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--max-tokens", type=int, default=32)
     soak.add_argument("--seed", type=int, default=0)
     soak.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
-    soak.add_argument("--mixed", type=int, metavar="N", help="instead: the first N queries of the mixed stream")
+    soak.add_argument("--mixed", type=int, metavar="N", help="the first N queries of the mixed stream (before the --prompts file's, if both are given)")
     soak.add_argument("--json", help="also write the results to this JSON file")
     soak.set_defaults(run=_bench_soak)
 
@@ -248,9 +248,7 @@ def _bench_load(args) -> int:
     from deployments.local import serve_args
     backend = ServeConfig.model_validate(serve_args(args.config)).engine.target.backend
     kinds = args.kinds.split(",") if args.kinds else list(sweep.VLLM_KINDS if backend == "vllm" else sweep.HF_KINDS)
-    prompts = (_prompts(None, None, args.mixed, args.seed) if args.mixed else []) + (
-        _prompts(args.prompts, None) if args.prompts or not args.mixed else [])
-    return sweep.main(args.config, prompts, kinds, [int(n) for n in args.clients.split(",")], args.requests,
+    return sweep.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), kinds, [int(n) for n in args.clients.split(",")], args.requests,
                       args.max_tokens, args.eager, args.json, args.plot, _prompts(args.single, None) if args.single else None,
                       [d for d in args.pinned.split(",") if d])
 
@@ -319,8 +317,9 @@ def _add_speed_args(parser: argparse.ArgumentParser) -> None:
     _add_sampling_args(parser)
     parser.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts); "
                                           "benchmarks/prompts/chat.jsonl holds short chat questions")
-    parser.add_argument("--mixed", type=int, metavar="N", help="instead: the first N queries of the mixed stream "
-                                                               "of the seven domains' eval sets (`hedgespec data build`)")
+    parser.add_argument("--mixed", type=int, metavar="N", help="the first N queries of the mixed stream of the seven "
+                                                               "domains' eval sets (`hedgespec data build`), before "
+                                                               "the --prompts file's if both are given")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     parser.add_argument("--json", help="also write the results to this JSON file")
 
@@ -344,11 +343,14 @@ def _engine_config(args):
 
 
 def _prompts(path: str | None, limit: int | None, mixed: int | None = None, seed: int = 0) -> list[str]:
+    """The first `mixed` queries of the mixed stream, then the prompts of the file at `path` (neither:
+    the built-in prompts); the first `limit` of them."""
     from hedgespec.bench.prompts import SPEED_PROMPTS
     from hedgespec.data import load_prompts, mixed_stream
-    if mixed:
-        return [r["prompt"] for r in mixed_stream(None, mixed, seed)][:limit]
-    return ([r["prompt"] for r in load_prompts(path)] if path else SPEED_PROMPTS)[:limit]
+    if not (mixed or path):
+        return SPEED_PROMPTS[:limit]
+    rows = (mixed_stream(None, mixed, seed) if mixed else []) + (load_prompts(path) if path else [])
+    return [r["prompt"] for r in rows][:limit]
 
 
 def _sampling(args):

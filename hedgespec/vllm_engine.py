@@ -154,4 +154,8 @@ class VLLMEngine:
         await self.engine.check_health()
 
     def shutdown(self) -> None:
-        self.engine.shutdown()
+        if self.engine is not None:
+            self.engine.shutdown()
+            # gone now, not at interpreter exit, where vLLM's own __del__ would shut it down again
+            # without the modules it needs (a traceback on every exit)
+            self.engine = None

@@ -26,6 +26,14 @@ def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300, metrics_exp
     (Ray's default is every 10 s). `env`: environment variables of every replica (an API key, say),
     inherited from this process by the Ray instance it starts; not through a runtime_env, whose agent
     writes its variables into Ray's logs."""
+    with local_apps({"hedgespec": args}, num_cpus, timeout_s, metrics_export_port, env) as clients:
+        yield clients["hedgespec"]
+
+
+@contextlib.contextmanager
+def local_apps(apps: dict[str, dict], num_cpus: int = 4, timeout_s: float = 300, metrics_export_port: int | None = None,
+               env: dict[str, str] | None = None):
+    """local_app for several apps (name -> args) side by side in one Ray instance; yields a client per app."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance: no token to distribute
     import ray
 
@@ -35,8 +43,8 @@ def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300, metrics_exp
     ray.init(num_cpus=num_cpus, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False,
              **(metrics if metrics_export_port else {}))
     try:
-        with running_app(args, timeout_s) as client:
-            yield client
+        with running_apps(apps, timeout_s) as clients:
+            yield clients
     finally:
         ray.shutdown()
         for name, value in saved.items():
@@ -48,21 +56,32 @@ def running_app(args: dict, timeout_s: float = 300, **serve_options):
     """Runs the app on the Ray instance this process is connected to, on a free loopback port, until
     it answers /health; yields an httpx client on it and shuts Serve down at the end.
     serve_options go to serve.start (e.g. proxy_location)."""
+    with running_apps({"hedgespec": args}, timeout_s, **serve_options) as clients:
+        yield clients["hedgespec"]
+
+
+@contextlib.contextmanager
+def running_apps(apps: dict[str, dict], timeout_s: float = 300, **serve_options):
+    """running_app for several apps (name -> args): one app is served at /, several each at /<name>;
+    yields an httpx client per app once every one answers /health."""
     from ray import serve
 
     from deployments.app import build_app
 
     port = free_port()
+    prefix = {name: "/" if len(apps) == 1 else f"/{name}" for name in apps}
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port}, **serve_options)
-        serve.run(build_app(args), name="hedgespec", route_prefix="/", blocking=False)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout_s)
+        for name, args in apps.items():
+            serve.run(build_app(args), name=name, route_prefix=prefix[name], blocking=False)
+        clients = {name: httpx.Client(base_url=f"http://127.0.0.1:{port}{prefix[name].rstrip('/')}", timeout=timeout_s)
+                   for name in apps}
         deadline = time.time() + timeout_s
-        while not _healthy(client):
+        while not all(_healthy(client) for client in clients.values()):
             if time.time() > deadline:
-                raise TimeoutError(f"the Serve app did not answer /health within {timeout_s:.0f} s")
+                raise TimeoutError(f"the Serve apps did not answer /health within {timeout_s:.0f} s")
             time.sleep(1)
-        yield client
+        yield clients
     finally:
         serve.shutdown()
 

@@ -4,23 +4,29 @@ at least once at every N), for several kinds of speculation on the same engine s
 run: on the vLLM backend, vLLM without speculation, vLLM's own n-gram speculation and HedgeSpec
 (target.vllm.speculation); on the HF backend, the target alone and HedgeSpec (the request's
 `speculate`). `pinned` drafters each run alone as well, in HedgeSpec's app (the request's
-`speculation.drafter`): the single-drafter baselines, on the same engine start.
+`speculation.drafter`): the single-drafter baselines.
+
+Every kind's app runs at once, side by side in one Ray instance (each at /<kind>), and the kinds
+take turns, so that a drift of the machine's speed (10-15% between runs of minutes on the 2-core
+VMs here) reaches them alike: one client sends each prompt to every kind in turn, and under load
+each N runs kind after kind, in an order that rotates with N. Only one kind is ever running.
 
 Per kind and N: aggregate output tokens/s (all clients' tokens over the wall time from the first
-request sent to the last one answered), time to first token, time per output token and
-inter-token latency, p50/p99 (vLLM's serving-benchmark terms), and errors. Every greedy text is
-compared with the first kind's for the same prompt (the baseline without speculation: the
-output must not change). One app start per kind; a warm-up request per client count first.
+request sent to the last one answered; for one client, over its requests' own times), time to first
+token, time per output token and inter-token latency, p50/p99 (vLLM's serving-benchmark terms), and
+errors. Every greedy text is compared with the first kind's for the same prompt (the baseline
+without speculation: the output must not change).
 """
 import json
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import httpx
 
 from deployments.load import CLIENT_TIMEOUT_S, concurrently, percentiles, request
-from deployments.local import local_app, serve_args
+from deployments.local import local_apps, serve_args
 from hedgespec.config import ServeConfig
 from hedgespec.models.loading import resolve_dtype
 
@@ -28,27 +34,41 @@ VLLM_KINDS = ("none", "ngram", "hedgespec")
 HF_KINDS = ("none", "hedgespec")
 
 
-def kind_args(args: dict, kind: str, eager: bool) -> tuple[dict, bool]:
-    """The Serve args for one kind of speculation, and whether requests ask to speculate."""
-    config = ServeConfig.model_validate(args)
-    if config.engine.target.backend == "hf":
-        if kind not in HF_KINDS:
-            raise ValueError(f"the HF backend runs {HF_KINDS}, not {kind!r}")
-        return args, kind == "hedgespec"
-    engine = args.setdefault("engine", {})
-    settings = engine.setdefault("target", {}).setdefault("vllm", {})
-    settings.update({"speculation": kind, **({"enforce_eager": True} if eager else {})})
-    return args, True
+@dataclass(frozen=True)
+class Side:
+    """One row of the comparison: a kind of speculation, or a pinned drafter, and the app it runs on."""
+    label: str
+    app: str
+    speculate: bool = True
+    speculation: dict | None = None
 
 
-def pinned_kind(drafter: str) -> str:
-    return f"{drafter} alone"
+def plan(args: dict, kinds: list[str], pinned: list[str], eager: bool) -> tuple[dict[str, dict], list[Side]]:
+    """The apps to start (name -> Serve args) and the sides, the baseline first. On vLLM each kind is
+    an engine setting, so an app of its own; on HF they share one app (the request's `speculate`)."""
+    backend = ServeConfig.model_validate(args).engine.target.backend
+    if backend == "hf":
+        if any(kind not in HF_KINDS for kind in kinds):
+            raise ValueError(f"the HF backend runs {HF_KINDS}, not {kinds}")
+        apps = {"hedgespec": args}
+        sides = [Side(kind, "hedgespec", speculate=kind == "hedgespec") for kind in kinds]
+    else:
+        apps = {}
+        for kind in kinds:
+            engine = json.loads(json.dumps(args))
+            settings = engine.setdefault("engine", {}).setdefault("target", {}).setdefault("vllm", {})
+            settings.update({"speculation": kind, **({"enforce_eager": True} if eager else {})})
+            apps[kind] = engine
+        sides = [Side(kind, kind) for kind in kinds]
+    if pinned and "hedgespec" not in kinds:
+        raise ValueError("pinned drafters run in the hedgespec kind's app: name the kind")
+    return apps, sides + [Side(f"{drafter} alone", "hedgespec", speculation={"drafter": drafter}) for drafter in pinned]
 
 
-def one_level(client: httpx.Client, model: str, prompts: list[str], clients: int, per_client: int,
-              max_tokens: int, speculate: bool, speculation: dict | None = None) -> dict:
+def send(client: httpx.Client, model: str, prompts: list[str], clients: int, per_client: int, max_tokens: int,
+         side: Side) -> tuple[list[dict], float]:
     """`clients` clients sending max(len(prompts), clients * per_client) requests between them,
-    request i with prompt i (cycling), each client one after another."""
+    request i with prompt i (cycling), each client one after another; the results and the wall time."""
     results: list[dict] = []
     lock = threading.Lock()
     total = max(len(prompts), clients * per_client)
@@ -56,11 +76,26 @@ def one_level(client: httpx.Client, model: str, prompts: list[str], clients: int
     def client_loop(c: int) -> None:
         for i in range(c, total, clients):
             prompt = prompts[i % len(prompts)]
-            result = request(client, model, prompt, max_tokens, 0.0, 0, speculate, speculation)
+            result = request(client, model, prompt, max_tokens, 0.0, 0, side.speculate, side.speculation)
             with lock:
                 results.append(result | {"prompt": prompt})
 
-    wall = concurrently(client_loop, clients)
+    return results, concurrently(client_loop, clients)
+
+
+def in_turns(pools: dict[str, httpx.Client], model: str, prompts: list[str], max_tokens: int,
+             sides: list[Side]) -> dict[str, tuple[list[dict], float]]:
+    """One client: every prompt to every side in turn (the order rotating per prompt); per side, its
+    results and the sum of their times."""
+    results: dict[str, list[dict]] = {side.label: [] for side in sides}
+    for i, prompt in enumerate(prompts):
+        for side in sides[i % len(sides):] + sides[:i % len(sides)]:
+            result = request(pools[side.app], model, prompt, max_tokens, 0.0, 0, side.speculate, side.speculation)
+            results[side.label].append(result | {"prompt": prompt})
+    return {label: (rows, sum(r["seconds"] for r in rows)) for label, rows in results.items()}
+
+
+def summary(results: list[dict], wall: float, clients: int) -> dict:
     complete = [r for r in results if r["outcome"] == "complete"]
     rounds = [r["stats"] for r in complete if r["stats"] and r["stats"]["rounds"]]
     steps = sum(x["rounds"] for x in rounds)
@@ -80,43 +115,44 @@ def one_level(client: httpx.Client, model: str, prompts: list[str], clients: int
 
 def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
         max_tokens: int, eager: bool = False, single: list[str] | None = None, pinned: list[str] = ()) -> dict:
-    """`single`: another prompt set, sent once each by one client after the levels (the same app).
-    `pinned`: drafters of the pool, each run alone through every level and set in the app of kind
-    "hedgespec"."""
-    runs = {}
-    for kind in kinds:
-        args, speculate = kind_args(serve_args(config_path), kind, eager)
-        config = ServeConfig.model_validate(args)
-        started = time.perf_counter()
-        with local_app(args, timeout_s=900) as client:
-            startup = time.perf_counter() - started
-            pool = httpx.Client(base_url=client.base_url, timeout=CLIENT_TIMEOUT_S,
-                                limits=httpx.Limits(max_connections=max(levels) + 4), headers=dict(client.headers))
-            sides = [(kind, None)] + ([(pinned_kind(d), {"drafter": d}) for d in pinned] if kind == "hedgespec" else [])
-            for side, speculation in sides:
-                levels_out = []
-                for clients in levels:
-                    # warm-up at this concurrency (vLLM compiles per batch shape on first use)
-                    one_level(pool, config.model_name, prompts[:clients], clients, 1, 8, speculate, speculation)
-                    levels_out.append(one_level(pool, config.model_name, prompts, clients, per_client, max_tokens,
-                                                speculate, speculation))
-                alone = (one_level(pool, config.model_name, single, 1, 1, max_tokens, speculate, speculation)
-                         if single else None)
-                runs[side] = {"startup_s": startup, "levels": levels_out, "single": alone}
-            stats = client.get("/stats").json()
-        for side, _ in sides:
-            runs[side]["stats_after"] = stats
+    """`single`: another prompt set, sent once each by one client after the levels."""
+    args = serve_args(config_path)
+    apps, sides = plan(args, kinds, list(pinned), eager)
+    config = ServeConfig.model_validate(args)
+    runs = {side.label: {"levels": [], "single": None} for side in sides}
+    started = time.perf_counter()
+    with local_apps(apps, num_cpus=4 * len(apps), timeout_s=1800) as clients:
+        startup = time.perf_counter() - started
+        pools = {name: httpx.Client(base_url=client.base_url, timeout=CLIENT_TIMEOUT_S, headers=dict(client.headers),
+                                    limits=httpx.Limits(max_connections=max(levels) + 4)) for name, client in clients.items()}
+        for n, count in enumerate(levels):
+            order = sides[n % len(sides):] + sides[:n % len(sides)]
+            for side in order:  # warm-up at this concurrency (vLLM compiles per batch shape on first use)
+                send(pools[side.app], config.model_name, prompts[:count], count, 1, 8, side)
+            if count == 1:
+                for label, (results, wall) in in_turns(pools, config.model_name, prompts, max_tokens, order).items():
+                    runs[label]["levels"].append(summary(results, wall, 1))
+            else:
+                for side in order:
+                    results, wall = send(pools[side.app], config.model_name, prompts, count, per_client, max_tokens, side)
+                    runs[side.label]["levels"].append(summary(results, wall, count))
+        if single:
+            for label, (results, wall) in in_turns(pools, config.model_name, single, max_tokens, sides).items():
+                runs[label]["single"] = summary(results, wall, 1)
+        stats = {name: client.get("/stats").json() for name, client in clients.items()}
+    for side in sides:
+        runs[side.label]["stats_after"] = stats[side.app]
     measured = lambda run_: run_["levels"] + ([run_["single"]] if run_["single"] else [])  # noqa: E731
-    for kind in runs:
-        for level, reference in zip(measured(runs[kind]), measured(runs[kinds[0]])):
+    baseline = runs[sides[0].label]
+    for run_ in runs.values():
+        for level, reference in zip(measured(run_), measured(baseline)):
             same = [text == reference["texts"].get(prompt) for prompt, text in level["texts"].items()
                     if prompt in reference["texts"]]
             level["greedy_equal_to_baseline"] = f"{sum(same)}/{len(same)}"
-    settings = ServeConfig.model_validate(serve_args(config_path)).engine
-    return {"config": config_path, "target": settings.target.model_dump(), "k": settings.k, "kinds": list(runs),
-            "levels": levels,
-            "requests_per_client": per_client, "max_tokens": max_tokens, "prompts": len(prompts), "eager": eager,
-            "single_prompts": len(single or []), "runs": runs}
+    return {"config": config_path, "target": config.engine.target.model_dump(), "k": config.engine.k,
+            "kinds": list(runs), "levels": levels, "requests_per_client": per_client, "max_tokens": max_tokens,
+            "prompts": len(prompts), "eager": eager, "single_prompts": len(single or []), "startup_s": startup,
+            "runs": runs}
 
 
 def plot(result: dict, path: str) -> None:
@@ -151,14 +187,15 @@ def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[in
     target = result["target"]
     print(f"{config_path}: {target['model']} on {target['backend']} ({resolve_dtype(target['dtype'], target['device'])}), "
           f"K={result['k']}, greedy, <= {max_tokens} tokens, {len(prompts)} prompts, {per_client} requests per client "
-          f"(every prompt at least once per level){', eager' if eager else ''}")
+          f"(every prompt at least once per level){', eager' if eager else ''}; the kinds side by side, taking turns "
+          f"(apps up in {result['startup_s']:.0f} s)")
     print("| speculation | clients | tokens/s | vs " + kinds[0] + " | TTFT p50/p99 ms | TPOT p50/p99 ms | "
           "ITL p50/p99 ms | tokens/step | drafts/step | errors | greedy = " + kinds[0] + " |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     number = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     failed = False
     for label, rows in (("levels", lambda r: r["levels"]), ("single", lambda r: [r["single"]] if r["single"] else [])):
-        baseline = rows(result["runs"][kinds[0]])
+        baseline = rows(result["runs"][result["kinds"][0]])
         if label == "single" and baseline:
             print(f"\nthe second set ({result['single_prompts']} prompts), one client:")
         for kind, run_ in result["runs"].items():

@@ -115,6 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     _add_speed_args(ties)
     ties.set_defaults(run=_bench_ties)
 
+    proposer = bench.add_parser("proposer", help="the vLLM backend's proposer alone, as vLLM's runner drives it "
+                                                 "over the target's greedy texts: its own ms per step at each batch size")
+    proposer.add_argument("--config", default="serve_config.yaml", help="Serve or engine config (default: serve_config.yaml)")
+    proposer.add_argument("--prompts", help="JSON-lines file with a `prompt` field")
+    proposer.add_argument("--mixed", type=int, metavar="N", help="the first N queries of the mixed stream (before "
+                                                                 "the --prompts file's, if both are given)")
+    proposer.add_argument("--max-tokens", type=int, default=128)
+    proposer.add_argument("--batches", default="1,4,8,16", help="comma-separated batch sizes")
+    proposer.add_argument("--step-ms", type=float, default=30.0, help="a simulated step's fixed part")
+    proposer.add_argument("--token-ms", type=float, default=2.0, help="a simulated step's part per token it verifies")
+    proposer.add_argument("--seed", type=int, default=0)
+    proposer.add_argument("--json", help="also write the results to this JSON file")
+    proposer.set_defaults(run=_bench_proposer)
+
     forward = bench.add_parser("forward", help="the target's forward cost per number of new tokens, default "
                                                "CPU kernels against oneDNN-prepacked weights, one run")
     forward.add_argument("--model", default="smollm2")
@@ -171,6 +185,16 @@ def _bench_ties(args) -> int:
     from hedgespec.bench import ties
     from hedgespec.engine import Engine
     return ties.main(Engine(config), prompts, args.max_tokens)
+
+
+def _bench_proposer(args) -> int:
+    from hedgespec.bench import proposer
+    result = proposer.main(load_config(args.config), _prompts(args.prompts, None, args.mixed, args.seed), args.max_tokens,
+                           [int(b) for b in args.batches.split(",")], args.step_ms / 1e3, args.token_ms / 1e3)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
 
 
 def _bench_forward(args) -> int:

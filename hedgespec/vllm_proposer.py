@@ -64,7 +64,10 @@ class _Live:
 
 
 class HedgeSpecProposer:
-    def __init__(self, vllm_config):
+    def __init__(self, vllm_config, clock=time.perf_counter):
+        """`clock`: seconds, what the steps and the proposer's own work are timed with (bench/proposer.py
+        simulates the steps on it)."""
+        self.clock = clock
         self.config = EngineConfig.model_validate_json(os.environ[PROPOSER_ENV])
         target = self.config.target
         vocab = vllm_config.model_config.get_vocab_size()
@@ -95,7 +98,7 @@ class HedgeSpecProposer:
         raise RuntimeError("hedgespec proposer: vLLM's model runner was not found (vllm 0.32 is pinned)")
 
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None, **_) -> list[list[int]]:
-        arrived = time.perf_counter()
+        arrived = self.clock()
         step = arrived - self.returned_at if self.returned_at is not None else None
         batch = list(self.runner.input_batch.req_ids)
         rows = set(batch)
@@ -117,14 +120,14 @@ class HedgeSpecProposer:
             committed = list(sampled_token_ids[i]) if i < len(sampled_token_ids) else []
             share = None if step is None else self.steps.share(scheduled[i], len(batch))
             drafts.append(self._round(request_id, committed, share, token_ids_cpu[i, :num_tokens_no_spec[i]]))
-        self.returned_at = time.perf_counter()
+        self.returned_at = self.clock()
         return drafts
 
     def _round(self, request_id: str, committed: list[int], step_share: float | None, history) -> list[int]:
         """Learn from what the step committed for the request; its draft for the next step."""
         if not committed or request_id in self.plain:  # a prompt still prefilled in chunks, or no speculation
             return []
-        start = time.perf_counter()
+        start = self.clock()
         live = self.live.get(request_id)
         if live is None:
             live = self._begin(request_id, history.tolist(), len(committed))
@@ -137,7 +140,7 @@ class HedgeSpecProposer:
             verified = through_eos(verified, self.eos_ids)
         verified = verified.first(live.max_tokens - live.generated)  # vLLM keeps none beyond max_tokens
         live.generated += len(verified.tokens)
-        seconds = None if step_share is None else step_share + live.draft_seconds + time.perf_counter() - start
+        seconds = None if step_share is None else step_share + live.draft_seconds + self.clock() - start
         drafter = live.speculation.commit(verified, seconds)
         live.rounds.append(Round(drafter, verified.drafted, verified.accepted, len(verified.tokens), seconds or 0.0,
                                  live.draft_seconds, verified.seconds))

@@ -9,9 +9,10 @@ import pytest
 
 from hedgespec import vllm_proposer
 from hedgespec.arms import StepCosts
+from hedgespec.bench.proposer import StandInRunner, verify_greedy
 from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.models import loading
-from hedgespec.vllm_engine import PROPOSER_ENV, speculation_args
+from hedgespec.vllm_engine import PROPOSER_ENV
 
 K = 4
 PERIOD = [5, 6, 7]
@@ -25,27 +26,6 @@ class Clock:
         return self.now
 
 
-class Runner:
-    """What the proposer reads of vLLM's model runner: the batch's request ids and their SamplingParams."""
-
-    def __init__(self):
-        self.input_batch = SimpleNamespace(req_ids=[])
-        self.requests = {}
-
-    def load(self, proposer) -> None:
-        proposer.load_model(None)  # the proposer finds this runner among its callers' frames
-
-    def add(self, request_id: str, max_tokens: int, speculate: bool = True, selector: SelectorConfig | None = None) -> None:
-        params = SimpleNamespace(max_tokens=max_tokens, seed=0, ignore_eos=False,
-                                 extra_args=speculation_args(speculate, selector, None))
-        self.requests[request_id] = SimpleNamespace(sampling_params=params)
-        self.input_batch.req_ids.append(request_id)
-
-    def remove(self, request_id: str) -> None:
-        self.input_batch.req_ids.remove(request_id)
-        del self.requests[request_id]
-
-
 @pytest.fixture
 def proposer(monkeypatch):
     config = EngineConfig.model_validate({"target": {"model": "tiny:0"}, "k": K,
@@ -53,21 +33,13 @@ def proposer(monkeypatch):
                                           "selector": {"name": "hedgespec", "loss": "eal"}})
     monkeypatch.setenv(PROPOSER_ENV, config.model_dump_json())
     clock = Clock()
-    monkeypatch.setattr(vllm_proposer.time, "perf_counter", clock)
+    monkeypatch.setattr(vllm_proposer.time, "perf_counter", clock)  # the pool's draft timings too
     vocab = loading.vocab_size("tiny:0")
     made = vllm_proposer.HedgeSpecProposer(SimpleNamespace(
-        model_config=SimpleNamespace(get_vocab_size=lambda: vocab, max_model_len=512)))
-    runner = Runner()
-    runner.load(made)
+        model_config=SimpleNamespace(get_vocab_size=lambda: vocab, max_model_len=512)), clock)
+    runner = StandInRunner()
+    runner.attach(made)
     return made, runner, clock
-
-
-def commit(draft: list[int], truth: list[int], position: int) -> list[int]:
-    """vLLM's greedy verification against `truth`: the matching prefix of the draft, and the next token."""
-    accepted = 0
-    while accepted < len(draft) and draft[accepted] == truth[position + accepted]:
-        accepted += 1
-    return truth[position:position + accepted + 1]
 
 
 def drive(proposer, runner, clock, texts: dict[str, list[int]], prompt_len: int, steps: int,
@@ -102,7 +74,7 @@ def drive(proposer, runner, clock, texts: dict[str, list[int]], prompt_len: int,
             if r not in verifying:
                 continue
             drafts[r].append(draft)
-            sampled[r] = commit(draft, texts[r], len(histories[r]))
+            sampled[r] = verify_greedy(draft, texts[r], len(histories[r]))
             histories[r] += sampled[r]
     return drafts, histories
 

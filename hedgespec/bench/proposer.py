@@ -2,8 +2,9 @@
 without vLLM, at several batch sizes.
 
 A stand-in for vLLM's model runner drives the real proposer (the config's pool, learner and K)
-over the target's own greedy texts of the prompts, recorded once with the HF target alone: each
-step it hands every request of the batch what greedy verification commits (the draft's longest
+over the target's own greedy texts of the prompts, recorded once with the HF target alone, with
+`batch` requests in every step: each step it hands every request of the batch what greedy
+verification commits (the draft's longest
 prefix that the text goes on with, and one token more, as vLLM's rejection sampler does) and times
 the proposer's call. The step itself is simulated on the proposer's clock, fixed + per token, so
 that the time objective prices its arms as in an engine (defaults: about a compiled step of
@@ -86,44 +87,47 @@ def greedy_texts(config: EngineConfig, prompts: list[str], max_tokens: int) -> l
 
 def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]], batch: int, max_tokens: int,
                    step_fixed_s: float, step_token_s: float) -> dict:
+    """`batch` requests in every step, as under continuous batching: one that ends is replaced by
+    the next text (cycling), until max(len(texts), 2 * batch) have run."""
     clock = StepClock()
     proposer, runner = proposer_for(config, clock), StandInRunner()
     runner.attach(proposer)
-    own, steps, request_steps, committed, rounds = 0.0, 0, 0, 0, 0
-    for first in range(0, len(texts), batch):
-        group = {f"r{i}": texts[i] for i in range(first, min(first + batch, len(texts)))}
-        full = {r: prompt + path for r, (prompt, path) in group.items()}
-        for r, (prompt, path) in group.items():
+    waiting = [texts[i % len(texts)] for i in range(max(len(texts), 2 * batch))]
+    prompts, full, history, sampled = {}, {}, {}, {}
+    own, steps, request_steps, committed, rounds, started = 0.0, 0, 0, 0, 0, 0
+    while waiting or runner.input_batch.req_ids:
+        while waiting and len(runner.input_batch.req_ids) < batch:
+            r, (prompt, path) = f"r{started}", waiting.pop(0)
+            started += 1
             runner.add(r, max_tokens)
-        # the prefill step committed each request's first token
-        history = {r: full[r][:len(group[r][0]) + 1] for r in group}
-        sampled = {r: history[r][-1:] for r in group}
-        while runner.input_batch.req_ids:
-            batch_ids = list(runner.input_batch.req_ids)
-            token_ids = np.zeros((len(batch_ids), max(len(history[r]) for r in batch_ids) + 1), dtype=np.int64)
-            for i, r in enumerate(batch_ids):
-                token_ids[i, :len(history[r])] = history[r]
-            start = time.perf_counter()
-            drafts = proposer.propose([sampled[r] for r in batch_ids], np.array([len(history[r]) for r in batch_ids]),
-                                      token_ids)
-            own += time.perf_counter() - start
-            steps += 1
-            request_steps += len(batch_ids)
-            verified = 0
-            for r, draft in zip(batch_ids, drafts):
-                if r not in proposer.live or len(history[r]) >= len(full[r]):
-                    runner.remove(r)  # it ended at the last step (EOS or max_tokens): vLLM drops it
-                    continue
-                sampled[r] = verify_greedy(draft, full[r], len(history[r]))
-                history[r] += sampled[r]
-                verified += len(draft) + 1
-            clock.simulated += step_fixed_s + step_token_s * verified
-        for r in group:
-            played = proposer.release([r]).get(r, [])  # decode.Round's fields: committed is the fourth
-            committed += sum(fields[3] for fields in played)
-            rounds += len(played)
-    return {"batch": batch, "steps": steps, "proposer_ms_per_step": 1e3 * own / steps,
-            "proposer_ms_per_request_step": 1e3 * own / request_steps, "tokens_per_step_and_request": committed / rounds}
+            prompts[r], full[r] = prompt, prompt + path
+            history[r] = full[r][:len(prompt) + 1]  # the prefill step committed the first token
+            sampled[r] = history[r][-1:]
+        batch_ids = list(runner.input_batch.req_ids)
+        token_ids = np.zeros((len(batch_ids), max(len(history[r]) for r in batch_ids) + 1), dtype=np.int64)
+        for i, r in enumerate(batch_ids):
+            token_ids[i, :len(history[r])] = history[r]
+        start = time.perf_counter()
+        drafts = proposer.propose([sampled[r] for r in batch_ids], np.array([len(history[r]) for r in batch_ids]),
+                                  token_ids)
+        own += time.perf_counter() - start
+        steps += 1
+        request_steps += len(batch_ids)
+        verified = 0
+        for r, draft in zip(batch_ids, drafts):
+            if r not in proposer.live or len(history[r]) >= len(full[r]):
+                runner.remove(r)  # it ended at the last step (EOS or max_tokens): vLLM drops it
+                played = proposer.release([r]).get(r, [])  # decode.Round's fields: committed is the fourth
+                committed += sum(fields[3] for fields in played)
+                rounds += len(played)
+                continue
+            sampled[r] = verify_greedy(draft, full[r], len(history[r]))
+            history[r] += sampled[r]
+            verified += len(draft) + 1
+        clock.simulated += step_fixed_s + step_token_s * verified
+    return {"batch": batch, "mean_batch": request_steps / steps, "steps": steps,
+            "proposer_ms_per_step": 1e3 * own / steps, "proposer_ms_per_request_step": 1e3 * own / request_steps,
+            "tokens_per_step_and_request": committed / rounds}
 
 
 def run(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list[int], step_fixed_s: float,
@@ -144,9 +148,9 @@ def main(config: EngineConfig, prompts: list[str], max_tokens: int, batches: lis
           f"{result['selector']['name']} ({result['selector']['loss']}); {len(prompts)} prompts, greedy texts of "
           f"{result['target']} ({result['dtype']}) up to {max_tokens} tokens; steps simulated as "
           f"{1e3 * step_fixed_s:.0f} ms + {1e3 * step_token_s:.1f} ms per token")
-    print("| batch | steps | proposer ms per step | per request-step | tokens per step and request |")
-    print("|---|---|---|---|---|")
+    print("| batch | mean batch | steps | proposer ms per step | per request-step | tokens per step and request |")
+    print("|---|---|---|---|---|---|")
     for row in result["rows"]:
-        print(f"| {row['batch']} | {row['steps']} | {row['proposer_ms_per_step']:.2f} | "
+        print(f"| {row['batch']} | {row['mean_batch']:.1f} | {row['steps']} | {row['proposer_ms_per_step']:.2f} | "
               f"{row['proposer_ms_per_request_step']:.3f} | {row['tokens_per_step_and_request']:.3f} |")
     return result

@@ -142,14 +142,16 @@ class Ingress:
     @app.get("/stats")
     async def stats(self):
         """Per-request state held anywhere in the app: all zeros once requests have ended (a
-        deployment that does not answer shows as "unavailable")."""
+        deployment that does not answer shows as "unavailable"); on vLLM also what the learners
+        have shared through the Selector and what they price a step with."""
         groups = {}
         for handle, names in self.groups:
             groups["+".join(names)] = await _ask(handle.active)
         return {"in_flight": len(self.in_flight), "cancelled": self.cancelled, "recovered": dict(self.recovered),
                 "target": await _ask(self.target.active),
                 "selector": await _ask(self.selector.active) if self.groups else 0, "groups": groups,
-                **({"shared_priors": await _ask(self.selector.shared)} if self.vllm else {})}
+                **({"shared_priors": await _ask(self.selector.shared), "step_costs": await _ask(self.target.costs)}
+                   if self.vllm else {})}
 
     @app.get("/dashboard", response_class=HTMLResponse)
     async def dashboard(self):

@@ -63,6 +63,10 @@ class VLLMTargetDeployment:
         """Requests running in vLLM, and those holding drafter or learner state in the proposer."""
         return {"requests": len(self.engine.running), "proposer": await self.engine.proposer_state()}
 
+    async def costs(self) -> dict:
+        """What the time objective prices a step with now (hedgespec.vllm_proposer.costs_snapshot)."""
+        return await self.engine.costs()
+
     async def check_health(self) -> None:
         """Serve's health check: a dead engine fails it, and Serve replaces the replica."""
         await self.engine.check_health()

@@ -63,6 +63,14 @@ class _Live:
     rounds: list[Round] = field(default_factory=list)  # what the response reports (decode.Generation.stats)
 
 
+def load_of(batch: int) -> str:
+    """The load a request starts under, in powers of two of the batch: what a warm-start prior is kept
+    per. The time objective prices a step by the batch, so the arms a request learns to play (drafting
+    less, or not at all, under load) depend on it: a prior learned under load would hold the first
+    requests after it back from drafting where drafting is nearly free."""
+    return f"batch<={1 << max(0, batch - 1).bit_length()}"
+
+
 class HedgeSpecProposer:
     def __init__(self, vllm_config, clock=time.perf_counter):
         """`clock`: seconds, what the steps and the proposer's own work are timed with (bench/proposer.py
@@ -164,7 +172,7 @@ class HedgeSpecProposer:
         seed = params.seed or 0
         names = self.pool.names
         selector = build_selector(selector_config, names, k, seed)
-        key = f"{selector_config.model_dump_json()}:{k}"
+        key = f"{selector_config.model_dump_json()}:{k}:{load_of(self.batch)}"
         self.warm.start(selector, key)
         losses = delayed_losses(selector_config, len(names), k, self.costs, self.calibration)
         speculation = Speculation(request_id, self.pool, selector, losses, k, lambda: self.warm.end(selector, key))
@@ -200,10 +208,11 @@ class HedgeSpecProposer:
                 for r in list(self.finished) if caller(r) in wanted}
 
     def costs_snapshot(self) -> dict:
-        """What the time objective prices arms with now: the fitted step, and the round costs (ms)."""
+        """What the time objective prices arms with now: the fitted step, the batch it was last shared
+        by, and the round costs (ms)."""
         fixed, per_token = self.steps.line()
         rounds = self.costs.snapshot()
-        return {"step_ms": {"fixed": 1e3 * fixed, "per_token": 1e3 * per_token},
+        return {"step_ms": {"fixed": 1e3 * fixed, "per_token": 1e3 * per_token}, "batch": self.batch,
                 "verify_ms": {str(n): v for n, v in rounds["verify_ms"].items()}, "rest_ms": rounds["rest_ms"]}
 
     @property

@@ -1,5 +1,5 @@
-"""`serve run serve_config.yaml` on the real SmolLM2 target answers a completion (slow: loads the
-real model in several replicas). Needs `make setup` (the converted target in the cache)."""
+"""`serve run serve_config.yaml` on the real SmolLM2 target answers a completion (slow: starts the
+vLLM engine, compiled, 2.5-3 minutes on 2 cores). Needs `make setup` (vLLM and the converted target)."""
 import os
 import signal
 import subprocess
@@ -21,7 +21,7 @@ def test_serve_run_answers_a_completion():
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         client = httpx.Client(base_url="http://127.0.0.1:8000", timeout=120)
-        deadline = time.time() + 300
+        deadline = time.time() + 600
         while True:
             assert process.poll() is None, "serve run exited"
             try:
@@ -29,7 +29,7 @@ def test_serve_run_answers_a_completion():
                     break
             except httpx.TransportError:
                 pass
-            assert time.time() < deadline, "serve run did not come up in 300 s"
+            assert time.time() < deadline, "serve run did not come up in 600 s"
             time.sleep(2)
         body = {"model": "hedgespec", "prompt": "Repeat: the cat sat on the mat. the cat sat", "max_tokens": 24,
                 "temperature": 0}

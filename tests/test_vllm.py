@@ -137,3 +137,11 @@ def test_the_selector_holds_what_the_requests_learners_learned(server):
         chat(server, PROMPTS[2], max_tokens=8)  # a request's start and end are when the Target shares
         time.sleep(1)
     assert shared["replicas"] == 1
+
+
+def test_stats_show_the_step_line_the_learners_price_drafts_with(server):
+    chat(server, PROMPTS[0])  # decode steps of a drafting request: the line is fitted on them
+    costs = server.get("/stats").json()["step_costs"]
+    assert costs["step_ms"]["fixed"] > 0 and costs["step_ms"]["per_token"] >= 0 and costs["batch"] >= 1, costs
+    # a plain step's price is the line at one token for the batch it was last shared by
+    assert costs["verify_ms"]["1"] == pytest.approx(costs["step_ms"]["fixed"] / costs["batch"] + costs["step_ms"]["per_token"])

@@ -180,3 +180,22 @@ def test_what_ended_requests_learned_is_handed_out_and_a_merged_prior_adopted(pr
     drive(proposer, runner, clock, {"b": PERIOD * 40}, prompt_len=9, steps=1)
     assert proposer.live["b"].speculation.learning.selector.queries == 7
     assert worker.hedgespec_learned()[key][0] == 1  # still only its own
+
+
+def test_a_warm_start_prior_is_kept_per_load(proposer):
+    """Requests that ran two at a time leave a prior for requests that start two at a time, not for
+    one that starts alone: what pays under load (the time objective's prices) is not what pays alone."""
+    proposer, runner, clock = proposer
+    warm = SelectorConfig(name="hedgespec", loss="eal", warm_start=True)
+    for request_id in ("a", "b"):
+        runner.add(request_id, max_tokens=12, selector=warm)
+    drive(proposer, runner, clock, {"a": PERIOD * 40, "b": PERIOD * 40}, prompt_len=9, steps=6)
+    proposer.release(["a", "b"])
+    runner.add("alone", max_tokens=12, selector=warm)
+    drive(proposer, runner, clock, {"alone": PERIOD * 40}, prompt_len=9, steps=1)
+    assert proposer.live["alone"].speculation.learning.selector.queries == 0
+    runner.remove("alone")  # aborted: it ends in the proposer at the next step
+    for request_id in ("c", "d"):
+        runner.add(request_id, max_tokens=12, selector=warm)
+    drive(proposer, runner, clock, {"c": PERIOD * 40, "d": PERIOD * 40}, prompt_len=9, steps=1)
+    assert proposer.live["c"].speculation.learning.selector.queries == 2

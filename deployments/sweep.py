@@ -136,8 +136,9 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
                 for side in order:
                     results, wall = send(pools[side.app], config.model_name, prompts, count, per_client, max_tokens, side)
                     runs[side.label]["levels"].append(summary(results, wall, count))
+            stats = {name: client.get("/stats").json() for name, client in clients.items()}
             for side in sides:  # on vLLM, HedgeSpec's: what its learners price a step with after this level
-                runs[side.label]["levels"][-1]["step_costs"] = clients[side.app].get("/stats").json().get("step_costs")
+                runs[side.label]["levels"][-1]["step_costs"] = stats[side.app].get("step_costs")
         if single:
             for label, (results, wall) in in_turns(pools, config.model_name, single, max_tokens, sides).items():
                 runs[label]["single"] = summary(results, wall, 1)

@@ -100,6 +100,11 @@ class _Round:
     future: Future = field(default_factory=Future)
     remaining: int = 0
 
+    def complete(self) -> None:
+        """Every drafter's column is in: the round's scores to the loop."""
+        self.future.set_result(Scores(*(np.stack([c[f] for c in self.columns], axis=1) for f in range(3))))
+        self.verified = None  # the round's distributions are no longer needed
+
 
 @dataclass
 class _Request:
@@ -188,8 +193,8 @@ class LocalPool:
             scored.future.set_exception(error)
             return
         request.done = [len(request.rounds)] * len(self.drafters)
-        scored.future.set_result(Scores(*(np.stack([c[f] for c in columns], axis=1) for f in range(3))))
-        scored.verified = None  # the round's distributions are no longer needed
+        scored.columns[:] = columns
+        scored.complete()
         with self.counting:
             self.scoring_seconds["critical"] += time.perf_counter() - start
 
@@ -233,8 +238,7 @@ class LocalPool:
                     scored.remaining -= 1
                     complete = scored.remaining == 0 and not scored.future.done()
                 if complete:
-                    scored.future.set_result(Scores(*(np.stack([c[f] for c in scored.columns], axis=1) for f in range(3))))
-                    scored.verified = None  # the round's distributions are no longer needed
+                    scored.complete()
 
     def release(self, request_id):
         request = self.requests.get(request_id)

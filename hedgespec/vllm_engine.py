@@ -116,37 +116,34 @@ class VLLMEngine:
             if not released:  # aborted (vLLM's generate aborts it on the way out): free the proposer's state now
                 await asyncio.shield(self.release(request_id))
 
+    async def _ask_proposer(self, method: str, *args) -> list:
+        """Every worker's answer to a ProposerControl method; none without HedgeSpec speculation."""
+        if self.config.target.vllm.speculation != "hedgespec":
+            return []
+        return await self.engine.collective_rpc(method, RPC_TIMEOUT_S, args=args)
+
     async def release(self, request_id: str) -> list[Round]:
         """Ends the request's drafter and learner state in the proposer now, rather than at the next
         step that no longer holds it (an idle engine runs no step); its rounds."""
-        if self.config.target.vllm.speculation != "hedgespec":
-            return []
-        answers = await self.engine.collective_rpc("hedgespec_release", RPC_TIMEOUT_S, args=([request_id],))
+        answers = await self._ask_proposer("hedgespec_release", [request_id])
         return [Round(*fields) for answer in answers for fields in answer.get(request_id, [])]
 
     async def proposer_state(self) -> int:
         """Requests holding drafter or learner state in the proposer (0 when idle)."""
-        if self.config.target.vllm.speculation != "hedgespec":
-            return 0
-        return sum(await self.engine.collective_rpc("hedgespec_active", RPC_TIMEOUT_S))
+        return sum(await self._ask_proposer("hedgespec_active"))
 
     async def learned(self) -> Learned:
         """What the learners of the requests that ended in this engine taught (empty without HedgeSpec)."""
-        if self.config.target.vllm.speculation != "hedgespec":
-            return {}
-        answers = await self.engine.collective_rpc("hedgespec_learned", RPC_TIMEOUT_S)
+        answers = await self._ask_proposer("hedgespec_learned")
         return answers[0] if answers else {}
 
     async def adopt(self, merged: Learned) -> None:
         """New requests' learners start from `merged` (learners.priors)."""
-        if self.config.target.vllm.speculation == "hedgespec":
-            await self.engine.collective_rpc("hedgespec_adopt", RPC_TIMEOUT_S, args=(merged,))
+        await self._ask_proposer("hedgespec_adopt", merged)
 
     async def costs(self) -> dict:
         """The proposer's cost estimates (empty without HedgeSpec speculation)."""
-        if self.config.target.vllm.speculation != "hedgespec":
-            return {}
-        answers = await self.engine.collective_rpc("hedgespec_costs", RPC_TIMEOUT_S)
+        answers = await self._ask_proposer("hedgespec_costs")
         return answers[0] if answers else {}
 
     async def check_health(self) -> None:

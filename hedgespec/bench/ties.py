@@ -41,6 +41,36 @@ def margin_at(engine: Engine, tokens: list[int]) -> float:
     return float(top[0] - top[1])
 
 
+def first_difference(plain: list[int], spec: list[int]) -> int | None:
+    """Where two greedy texts part (the shorter one's end, if one goes on); None if identical."""
+    first = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
+    if first is None and len(plain) != len(spec):
+        first = min(len(plain), len(spec))
+    return first
+
+
+def near_tie(margin: float | None, bound: float) -> bool:
+    """A divergence is explained where the target's top-2 margin is within twice the bound."""
+    return margin is not None and margin <= 2 * bound
+
+
+def verdict(dtype, bound: float, rows: list[dict]) -> dict:
+    """The run's bound, its rows, and those of its divergences that are no near-ties."""
+    return {"dtype": dtype, "bound": bound, "prompts": rows,
+            "identical_share": sum(r["identical"] for r in rows) / len(rows),
+            "unexplained": [r for r in rows if not r["identical"] and not near_tie(r["margin"], bound)]}
+
+
+def report(measured: dict) -> int:
+    """Prints every divergence, near-tie or not; 1 if any is not."""
+    for row in measured["prompts"]:
+        if not row["identical"]:
+            margin = "unknown" if row["margin"] is None else f"{row['margin']:.4f}"
+            print(f"  differs at token {row['first_difference']}: target margin {margin} "
+                  f"({'a near-tie' if near_tie(row['margin'], measured['bound']) else 'NOT a near-tie'}): {row['prompt']!r}")
+    return 1 if measured["unexplained"] else 0
+
+
 def run(engine: Engine, prompts: list[str], max_tokens: int) -> dict:
     rows, bound = [], 0.0
     for prompt in prompts:
@@ -48,22 +78,14 @@ def run(engine: Engine, prompts: list[str], max_tokens: int) -> dict:
         plain = engine.generate(prompt, max_tokens, speculate=False).tokens
         spec = engine.generate(prompt, max_tokens).tokens
         bound = max(bound, logit_gap(engine, tokens + plain), logit_gap(engine, tokens + spec))
-        first = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
-        if first is None and len(plain) != len(spec):
-            first = min(len(plain), len(spec))
+        first = first_difference(plain, spec)
         rows.append({"prompt": prompt[:60], "identical": first is None, "first_difference": first,
                      "margin": None if first is None else margin_at(engine, tokens + plain[:first])})
-    return {"dtype": engine.dtype, "bound": bound, "prompts": rows,
-            "identical_share": sum(r["identical"] for r in rows) / len(rows),
-            "unexplained": [r for r in rows if not r["identical"] and r["margin"] > 2 * bound]}
+    return verdict(engine.dtype, bound, rows)
 
 
 def main(engine: Engine, prompts: list[str], max_tokens: int) -> int:
-    result = run(engine, prompts, max_tokens)
-    print(f"target {engine.config.target.model} in {result['dtype']}: logit gap between batched and one-token forwards "
-          f"<= {result['bound']:.4f}; {100 * result['identical_share']:.0f}% of {len(prompts)} prompts byte-identical")
-    for row in result["prompts"]:
-        if not row["identical"]:
-            print(f"  differs at token {row['first_difference']}: target margin {row['margin']:.4f} "
-                  f"({'a near-tie' if row['margin'] <= 2 * result['bound'] else 'NOT a near-tie'}): {row['prompt']!r}")
-    return 1 if result["unexplained"] else 0
+    measured = run(engine, prompts, max_tokens)
+    print(f"target {engine.config.target.model} in {measured['dtype']}: logit gap between batched and one-token forwards "
+          f"<= {measured['bound']:.4f}; {100 * measured['identical_share']:.0f}% of {len(prompts)} prompts byte-identical")
+    return report(measured)

@@ -14,6 +14,7 @@ directions); any other divergence is a bug.
 import asyncio
 import uuid
 
+from hedgespec.bench.ties import first_difference, report, verdict
 from hedgespec.config import EngineConfig
 from hedgespec.models import loading
 from hedgespec.sampling import Sampling
@@ -34,9 +35,7 @@ async def _decode(engine: VLLMEngine, tokens: list[int], max_tokens: int, specul
 def compare(plain: list[int], plain_logprobs: list[dict], spec: list[int], spec_logprobs: list[dict]) -> dict:
     """Where two greedy runs part, the plain run's top-2 margin there, and the largest difference of
     the log-probability of the same token at the same position before it."""
-    first = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
-    if first is None and len(plain) != len(spec):
-        first = min(len(plain), len(spec))
+    first = first_difference(plain, spec)
     agreed = len(plain) if first is None else first
     gap = max((abs(plain_logprobs[i][t] - spec_logprobs[i][t]) for i, t in enumerate(plain[:agreed])), default=0.0)
     margin = None
@@ -63,20 +62,12 @@ def run(config: EngineConfig, prompts: list[str], max_tokens: int) -> dict:
         rows = asyncio.run(both())
     finally:
         engine.shutdown()
-    bound = max(row["gap"] for row in rows)
-    return {"dtype": loading.resolve_dtype(config.target.dtype, config.target.device), "bound": bound, "prompts": rows,
-            "identical_share": sum(row["identical"] for row in rows) / len(rows),
-            "unexplained": [row for row in rows if not row["identical"] and (row["margin"] is None or row["margin"] > 2 * bound)]}
+    return verdict(loading.resolve_dtype(config.target.dtype, config.target.device), max(row["gap"] for row in rows), rows)
 
 
 def main(config: EngineConfig, prompts: list[str], max_tokens: int) -> int:
-    result = run(config, prompts, max_tokens)
-    print(f"target {config.target.model} on vLLM in {result['dtype']}: log-probabilities of the same token in vLLM's "
-          f"plain decoding and in HedgeSpec's verify forwards differ by <= {result['bound']:.4f}; "
-          f"{100 * result['identical_share']:.0f}% of {len(prompts)} prompts byte-identical")
-    for row in result["prompts"]:
-        if not row["identical"]:
-            explained = row["margin"] is not None and row["margin"] <= 2 * result["bound"]
-            print(f"  differs at token {row['first_difference']}: target margin {row['margin']:.4f} "
-                  f"({'a near-tie' if explained else 'NOT a near-tie'}): {row['prompt']!r}")
-    return 1 if result["unexplained"] else 0
+    measured = run(config, prompts, max_tokens)
+    print(f"target {config.target.model} on vLLM in {measured['dtype']}: log-probabilities of the same token in vLLM's "
+          f"plain decoding and in HedgeSpec's verify forwards differ by <= {measured['bound']:.4f}; "
+          f"{100 * measured['identical_share']:.0f}% of {len(prompts)} prompts byte-identical")
+    return report(measured)

@@ -42,6 +42,7 @@ from hedgespec.text import TextStream, encode_prompt
 from hedgespec.vllm_engine import speculation_args
 
 STATS_TIMEOUT_S = 5.0
+HEALTH_TIMEOUT_S = 2.0  # a Target that answers no sooner is not ready
 logger = logging.getLogger("ray.serve")
 app = FastAPI(title="HedgeSpec Serve")
 app.add_middleware(Door)
@@ -90,10 +91,10 @@ def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload)}\n\n"
 
 
-async def _ask(method, otherwise="unavailable"):
-    """A deployment's answer to a /stats or /dashboard question, or `otherwise` where it gives none in time."""
+async def _ask(method, otherwise="unavailable", timeout_s: float = STATS_TIMEOUT_S):
+    """A deployment's answer to a /health, /stats or /dashboard question, or `otherwise` where it gives none in time."""
     try:
-        return await asyncio.wait_for(method.remote(), STATS_TIMEOUT_S)
+        return await asyncio.wait_for(method.remote(), timeout_s)
     except Exception:
         return otherwise
 
@@ -132,6 +133,11 @@ class Ingress:
 
     @app.get("/health")
     async def health(self):
+        """200 once the Target answers, 503 before: while its model loads (minutes for a compiled
+        vLLM engine) or after it died, a load balancer polling this sends the replica no traffic."""
+        if await _ask(self.target.ready, False, HEALTH_TIMEOUT_S) is not True:
+            raise api.APIError(503, "the model is not ready (loading or restarting); retry later", None, "unavailable",
+                               self.config.limits.retry_after_s)
         return {"status": "ok"}
 
     @app.get("/v1/models")

@@ -67,6 +67,11 @@ class VLLMTargetDeployment:
         """What the time objective prices a step with now (hedgespec.vllm_proposer.costs_snapshot)."""
         return await self.engine.costs()
 
+    async def ready(self) -> bool:
+        """The ingress's /health: a replica that answers has its engine up; a dead one raises."""
+        await self.engine.check_health()
+        return True
+
     async def check_health(self) -> None:
         """Serve's health check: a dead engine fails it, and Serve replaces the replica."""
         await self.engine.check_health()

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+import torch
+
 from hedgespec.feedback import DelayedLosses, MaturedLoss, RoundFeedback
 from hedgespec.interfaces import Draft, Target, Verified
 from hedgespec.learners.selectors import Selector
@@ -168,6 +170,16 @@ class Speculation:
             self.losses.play(self.position, self.drafter, verified.drafted, verified.accepted)
         self.position += len(verified.tokens)
         return self.pool.names[self.drafter] if self.drafter is not None else None
+
+    def catch_up(self, tokens: list[int]) -> None:
+        """Tokens committed while no round was played (the vLLM proposer's load gate held speculation
+        back for some steps): every drafter observes them and is scored on them, as on rounds
+        without a draft (of at most K + 1 tokens, as any round) that price no arm."""
+        self.chosen = self.drafter = None
+        k = self.learning.k
+        for start in range(0, len(tokens), k + 1):
+            chunk = tokens[start:start + k + 1]
+            self.commit(Verified(chunk, len(chunk) - 1, 0, None, torch.empty(0, 0)), None)
 
     def finish(self) -> None:
         self.learning.finish()

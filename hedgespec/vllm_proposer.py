@@ -20,6 +20,11 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
   (arms.StepCosts, over decode steps), and an arm drafting k is priced, at the current batch size,
   as the fixed part's share and its k + 1 tokens' compute: under load, when many requests share
   the fixed part, the time objective prices long drafts, and speculation itself, as they then cost.
+- The load gate (hedgespec.load_gate) decides before the learners whether the next step of a
+  batch of two or more speculates at all, from the wall-clock tokens per second that steps with and
+  without speculation measured at this load (what the line misses: vLLM's spec-decode bookkeeping,
+  the other requests' proposer work; a request alone pays neither). A step it holds back costs the proposer next to nothing: the requests' committed
+  tokens wait, and every drafter is scored on them at the next round that is played.
 
 vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
 calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's
@@ -41,6 +46,7 @@ from hedgespec.drafters import build_drafters
 from hedgespec.engine import build_selector, delayed_losses
 from hedgespec.interfaces import Verified
 from hedgespec.learners.priors import Learned, WarmStarts
+from hedgespec.load_gate import LoadGate
 from hedgespec.models import loading
 from hedgespec.pool import LocalPool
 from hedgespec.sampling import Sampling
@@ -60,6 +66,9 @@ class _Live:
     generated: int = 0
     draft: tuple[int, ...] = ()  # what the last step verified
     draft_seconds: float = 0.0
+    budget: int = 0  # the most tokens the next step may draft
+    gated: bool = False  # the gate held the last step back from speculating: no round was played for it
+    unplayed: list[int] = field(default_factory=list)  # committed since the last round played, not yet scored
     rounds: list[Round] = field(default_factory=list)  # what the response reports (decode.Generation.stats)
 
 
@@ -93,6 +102,9 @@ class HedgeSpecProposer:
         self.plain: set[str] = set()  # running requests that asked for no speculation
         self.runner = None
         self.returned_at: float | None = None  # when the last drafts went back to vLLM
+        self.gate = LoadGate()
+        # the last step's load, whether it speculated, and its drafting time (None: the gate did not decide it)
+        self.gated_step: tuple | None = None
 
     def load_model(self, target_model) -> None:
         """vLLM's model runner calls this; the runner is the caller whose batch names the requests."""
@@ -107,7 +119,6 @@ class HedgeSpecProposer:
 
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None, **_) -> list[list[int]]:
         arrived = self.clock()
-        step = arrived - self.returned_at if self.returned_at is not None else None
         batch = list(self.runner.input_batch.req_ids)
         rows = set(batch)
         for request_id in [r for r in self.live if r not in rows]:  # finished or aborted
@@ -118,29 +129,42 @@ class HedgeSpecProposer:
         scheduled = [len(self.live[r].draft) + 1 if r in self.live else 1 if r in self.plain
                      else int(num_tokens_no_spec[i]) for i, r in enumerate(batch)]
         # decode steps only: a prefill's hundreds of tokens would pull the line away from what a
-        # round's few cost
-        if step is not None and all(r in self.live or r in self.plain for r in batch):
-            self.steps.record(sum(scheduled), step)
+        # round's few cost, and would charge the gate's mode with a prompt
+        decoding = self.returned_at is not None and all(r in self.live or r in self.plain for r in batch)
+        if decoding:
+            self.steps.record(sum(scheduled), arrived - self.returned_at)
         self.batch = len(batch)
         self.costs.reprice()  # the arms' prices follow the batch
-        drafts = []
+        learned = []  # per request: whether the step committed tokens to it that it learned from
         for i, request_id in enumerate(batch):
             committed = list(sampled_token_ids[i]) if i < len(sampled_token_ids) else []
-            share = None if step is None else self.steps.share(scheduled[i], len(batch))
-            drafts.append(self._round(request_id, committed, share, token_ids_cpu[i, :num_tokens_no_spec[i]]))
+            share = None if self.returned_at is None else self.steps.share(scheduled[i], len(batch))
+            learned.append(self._commit(request_id, committed, share, token_ids_cpu[i, :num_tokens_no_spec[i]]))
+        committed_at = self.clock()
+        if decoding and self.gated_step is not None:
+            # the step's mode is charged what it cost: its drafts, vLLM's step, the work on its results
+            load, speculated, drafting = self.gated_step
+            self.gate.record(load, speculated, sum(len(s) for s in sampled_token_ids), drafting + committed_at - self.returned_at)
+        # a request alone is priced in full by its own learner (the step's line is its own verify
+        # curve, the proposer's work its own round's): the gate decides where requests share steps
+        load, gated = load_of(self.batch), self.batch > 1
+        speculate = self.gate.speculate(load) if gated else True
+        drafts = [self._draft(request_id, speculate) if ok else [] for request_id, ok in zip(batch, learned)]
         self.returned_at = self.clock()
+        self.gated_step = (load, speculate, self.returned_at - committed_at) if gated else None
         return drafts
 
-    def _round(self, request_id: str, committed: list[int], step_share: float | None, history) -> list[int]:
-        """Learn from what the step committed for the request; its draft for the next step."""
+    def _commit(self, request_id: str, committed: list[int], step_share: float | None, history) -> bool:
+        """Learn from what the step committed for the request (a new request's first token begins
+        it); whether the request goes on speculating, so drafts for the next step."""
         if not committed or request_id in self.plain:  # a prompt still prefilled in chunks, or no speculation
-            return []
+            return False
         start = self.clock()
         live = self.live.get(request_id)
         if live is None:
             live = self._begin(request_id, history.tolist(), len(committed))
             if live is None:
-                return []
+                return False
             step_share = None  # the prefill step prices no arm
         verified = Verified(committed, len(committed) - 1, len(live.draft), None, NO_HIDDEN,
                             step_share or 0.0, live.draft_seconds)
@@ -148,15 +172,32 @@ class HedgeSpecProposer:
             verified = through_eos(verified, self.eos_ids)
         verified = verified.first(live.max_tokens - live.generated)  # vLLM keeps none beyond max_tokens
         live.generated += len(verified.tokens)
-        seconds = None if step_share is None else step_share + live.draft_seconds + self.clock() - start
-        drafter = live.speculation.commit(verified, seconds)
-        live.rounds.append(Round(drafter, verified.drafted, verified.accepted, len(verified.tokens), seconds or 0.0,
-                                 live.draft_seconds, verified.seconds))
-        budget = min(live.k, live.max_tokens - live.generated - 1, self.max_model_len - len(history) - 1)
-        if (not live.ignore_eos and verified.tokens[-1] in self.eos_ids) or budget < 0:  # its last step: EOS or max_tokens
+        if live.gated:  # no round was played for this step: its tokens wait for the next one that is
+            live.unplayed += verified.tokens
+            live.rounds.append(Round(None, 0, 0, len(verified.tokens), step_share or 0.0, 0.0, step_share or 0.0))
+        else:
+            seconds = None if step_share is None else step_share + live.draft_seconds + self.clock() - start
+            drafter = live.speculation.commit(verified, seconds)
+            live.rounds.append(Round(drafter, verified.drafted, verified.accepted, len(verified.tokens),
+                                     seconds or 0.0, live.draft_seconds, verified.seconds))
+        live.budget = min(live.k, live.max_tokens - live.generated - 1, self.max_model_len - len(history) - 1)
+        if (not live.ignore_eos and verified.tokens[-1] in self.eos_ids) or live.budget < 0:  # its last step
             self._end(request_id)
+            return False
+        return True
+
+    def _draft(self, request_id: str, speculate: bool) -> list[int]:
+        """The request's draft for the next step: the learner's arm's, or none when the gate holds
+        the step back from speculating."""
+        live = self.live[request_id]
+        if not speculate:
+            live.gated, live.draft, live.draft_seconds = True, (), 0.0
             return []
-        draft = live.speculation.draft(budget)
+        if live.unplayed:
+            live.speculation.catch_up(live.unplayed)
+            live.unplayed = []
+        live.gated = False
+        draft = live.speculation.draft(live.budget)
         live.draft, live.draft_seconds = tuple(draft.tokens), draft.seconds
         return list(draft.tokens)
 
@@ -209,11 +250,13 @@ class HedgeSpecProposer:
 
     def costs_snapshot(self) -> dict:
         """What the time objective prices arms with now: the fitted step, the batch it was last shared
-        by, and the round costs (ms)."""
+        by, and the round costs (ms); and the gate's tokens per second per load, with and without
+        speculation."""
         fixed, per_token = self.steps.line()
         rounds = self.costs.snapshot()
         return {"step_ms": {"fixed": 1e3 * fixed, "per_token": 1e3 * per_token}, "batch": self.batch,
-                "verify_ms": {str(n): v for n, v in rounds["verify_ms"].items()}, "rest_ms": rounds["rest_ms"]}
+                "verify_ms": {str(n): v for n, v in rounds["verify_ms"].items()}, "rest_ms": rounds["rest_ms"],
+                "gate_tokens_per_s": self.gate.snapshot()}
 
     @property
     def active(self) -> int:

@@ -171,6 +171,19 @@ def test_the_target_killed_mid_request_gives_503_then_serves_again(server, refer
     no_state(server)
 
 
+def test_health_says_503_while_the_target_is_down_and_200_once_it_serves(server):
+    """A load balancer polling /health must not send traffic to an app whose model is not up."""
+    assert server.get("/health").status_code == 200
+    kill_replica("Target")
+    down = server.get("/health", timeout=30)
+    assert down.status_code == 503 and "not ready" in down.json()["error"]["message"], down.text
+    assert down.headers["retry-after"] == "1"
+    wait_until(lambda: server.get("/health", timeout=30).status_code == 200, what="/health to answer 200 again")
+    answer = server.post("/v1/completions", json={"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 20,
+                                                  "temperature": 0}, timeout=60)
+    assert answer.status_code == 200, answer.text
+
+
 def test_a_client_that_leaves_a_plain_request_frees_all_state(server):
     cancelled = server.get("/stats").json()["cancelled"]
     with pytest.raises(httpx.ReadTimeout):

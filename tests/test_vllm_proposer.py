@@ -199,3 +199,55 @@ def test_a_warm_start_prior_is_kept_per_load(proposer):
         runner.add(request_id, max_tokens=12, selector=warm)
     drive(proposer, runner, clock, {"c": PERIOD * 40, "d": PERIOD * 40}, prompt_len=9, steps=1)
     assert proposer.live["c"].speculation.learning.selector.queries == 2
+
+
+def test_steps_the_gate_holds_back_are_scored_at_the_next_round_played(proposer, monkeypatch):
+    """A step without speculation runs no round; its tokens are observed and scored when the next
+    round is played, so the drafter's next draft is the text's own continuation (drafting from a
+    history that missed them would be off the period), and the rounds still account for every token."""
+    proposer, runner, clock = proposer
+    # seven steps held back in a row: more tokens than a round holds (K + 1) wait for the next round
+    played = [True, False, False, True, False, True, True] + [False] * 7 + [True, True]
+    schedule = iter(played + [True] * 20)
+    monkeypatch.setattr(proposer.gate, "speculate", lambda load: next(schedule))
+    truth = PERIOD * 40
+    runner.add("a", max_tokens=60)
+    runner.add("b", max_tokens=60)  # the gate decides for batches of two or more
+    drafts, histories = drive(proposer, runner, clock, {"a": truth, "b": truth}, prompt_len=9, steps=len(played))
+    position = 10
+    for draft in drafts["a"]:
+        assert draft == truth[position:position + len(draft)]
+        position += len(draft) + 1
+    assert [len(d) > 0 for d in drafts["a"]] == played
+    rounds = proposer.release(["a", "b"])["a"]
+    assert sum(r[3] for r in rounds) == len(histories["a"]) - 9 - (len(drafts["a"][-1]) + 1)
+    assert [r[0] is None for r in rounds[1:]] == [len(d) == 0 for d in drafts["a"][:-1]]
+
+
+def test_a_request_alone_is_not_gated(proposer, monkeypatch):
+    """Alone, a request's learner prices its whole step (no shared part): the gate is not asked."""
+    proposer, runner, clock = proposer
+    monkeypatch.setattr(proposer.gate, "speculate", lambda load: False)
+    runner.add("a", max_tokens=60)
+    drafts, _ = drive(proposer, runner, clock, {"a": PERIOD * 40}, prompt_len=9, steps=6)
+    assert all(drafts["a"])
+
+
+@pytest.mark.parametrize("regime", ["fixed", "compute"])
+def test_the_gate_stops_speculating_where_steps_are_compute_bound_and_drafts_miss(proposer, regime):
+    """Against a stand-in engine whose faster mode is known from its step time alone: a step that
+    costs mostly a fixed part (two requests, a periodic text every draft of which is accepted) pays
+    for drafts; a step that costs only its tokens, over a text where most drafts miss, does not."""
+    proposer, runner, clock = proposer
+    rng = np.random.default_rng(0)
+    if regime == "fixed":
+        texts, step_s = {"a": PERIOD * 200, "b": PERIOD * 200}, lambda tokens: 0.05 + 0.001 * tokens
+    else:  # the period, broken every fourth token: prompt lookup drafts, and is rejected after a token or two
+        noisy = [t if i % 4 else int(rng.integers(8, 200)) for i, t in enumerate(PERIOD * 200)]
+        texts, step_s = {r: noisy for r in "abcd"}, lambda tokens: 0.01 * tokens
+    for request_id in texts:
+        runner.add(request_id, max_tokens=400)
+    drafts, _ = drive(proposer, runner, clock, texts, prompt_len=9, steps=96, step_s=step_s)
+    later = [len(d) > 0 for request_drafts in drafts.values() for d in request_drafts[48:]]
+    share = sum(later) / len(later)
+    assert share >= 0.85 if regime == "fixed" else share <= 0.15

@@ -23,8 +23,9 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
 - The load gate (hedgespec.load_gate) decides before the learners whether the next step of a
   batch of two or more speculates at all, from the wall-clock tokens per second that steps with and
   without speculation measured at this load (what the line misses: vLLM's spec-decode bookkeeping,
-  the other requests' proposer work; a request alone pays neither). A step it holds back costs the proposer next to nothing: the requests' committed
-  tokens wait, and every drafter is scored on them at the next round that is played.
+  the other requests' proposer work; a request alone pays neither). A step it holds back costs the
+  proposer next to nothing: the requests' committed tokens wait, and every drafter is scored on
+  them at the next round that is played.
 
 vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
 calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's

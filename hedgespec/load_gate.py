@@ -37,6 +37,7 @@ class LoadGate:
         self.blocks: Counter = Counter()  # per load: blocks begun
         self.playing: dict[str, tuple[bool, int]] = {}  # per load: the block's mode and its steps left
         self.decided: deque[bool] = deque(maxlen=self.SETTLE + 1)  # the latest modes played, any load
+        self.load: str | None = None  # the load of the latest decision
 
     def speculate(self, load: str) -> bool:
         """Whether the next step under `load` speculates."""
@@ -46,6 +47,7 @@ class LoadGate:
             mode, left = self._block(load), self.BLOCK
         self.playing[load] = (mode, left - 1)
         self.decided.append(mode)
+        self.load = load
         return mode
 
     def _block(self, load: str) -> bool:
@@ -54,14 +56,15 @@ class LoadGate:
         preferred = self.rate(load, True) >= self.rate(load, False)
         return preferred != (self.blocks[load] % self.EXPLORE_EVERY == 0)
 
-    def record(self, load: str, speculated: bool, tokens: int, seconds: float) -> None:
-        """The step of the latest decision, under `load`, committed `tokens` in `seconds` of
-        wall-clock; not counted within SETTLE steps of a switch of mode."""
-        if len(self.decided) <= self.SETTLE or any(mode != speculated for mode in self.decided):
+    def record(self, tokens: int, seconds: float) -> None:
+        """The step of the latest decision committed `tokens` in `seconds` of wall-clock; not counted
+        within SETTLE steps of a switch of mode."""
+        if len(self.decided) <= self.SETTLE or len(set(self.decided)) > 1:
             return
-        sums = self.sums.get((load, speculated), np.zeros(2))
-        self.sums[(load, speculated)] = self.DECAY * sums + (tokens, seconds)
-        self.measured[(load, speculated)] += 1
+        speculated = self.decided[-1]
+        key = (self.load, speculated)
+        self.sums[key] = self.DECAY * self.sums.get(key, np.zeros(2)) + (tokens, seconds)
+        self.measured[key] += 1
 
     def rate(self, load: str, speculated: bool) -> float | None:
         """Tokens per second measured for the mode under `load` (None: not measured yet)."""

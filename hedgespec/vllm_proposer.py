@@ -104,8 +104,7 @@ class HedgeSpecProposer:
         self.runner = None
         self.returned_at: float | None = None  # when the last drafts went back to vLLM
         self.gate = LoadGate()
-        # the last step's load, whether it speculated, and its drafting time (None: the gate did not decide it)
-        self.gated_step: tuple | None = None
+        self.drafting_s: float | None = None  # the last step's drafting time (None: the gate did not decide the step)
 
     def load_model(self, target_model) -> None:
         """vLLM's model runner calls this; the runner is the caller whose batch names the requests."""
@@ -142,17 +141,16 @@ class HedgeSpecProposer:
             share = None if self.returned_at is None else self.steps.share(scheduled[i], len(batch))
             learned.append(self._commit(request_id, committed, share, token_ids_cpu[i, :num_tokens_no_spec[i]]))
         committed_at = self.clock()
-        if decoding and self.gated_step is not None:
+        if decoding and self.drafting_s is not None:
             # the step's mode is charged what it cost: its drafts, vLLM's step, the work on its results
-            load, speculated, drafting = self.gated_step
-            self.gate.record(load, speculated, sum(len(s) for s in sampled_token_ids), drafting + committed_at - self.returned_at)
+            self.gate.record(sum(len(s) for s in sampled_token_ids), self.drafting_s + committed_at - self.returned_at)
         # a request alone is priced in full by its own learner (the step's line is its own verify
         # curve, the proposer's work its own round's): the gate decides where requests share steps
-        load, gated = load_of(self.batch), self.batch > 1
-        speculate = self.gate.speculate(load) if gated else True
+        gated = self.batch > 1
+        speculate = self.gate.speculate(load_of(self.batch)) if gated else True
         drafts = [self._draft(request_id, speculate) if ok else [] for request_id, ok in zip(batch, learned)]
         self.returned_at = self.clock()
-        self.gated_step = (load, speculate, self.returned_at - committed_at) if gated else None
+        self.drafting_s = self.returned_at - committed_at if gated else None
         return drafts
 
     def _commit(self, request_id: str, committed: list[int], step_share: float | None, history) -> bool:

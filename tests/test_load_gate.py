@@ -20,7 +20,7 @@ def run(gate: LoadGate, load: str, steps: int, rng: np.random.Generator) -> tupl
         mean_tokens, mean_seconds = ENGINE[load][mode]
         step_tokens = max(1.0, rng.normal(mean_tokens, 0.2 * mean_tokens))
         step_seconds = rng.normal(mean_seconds, 0.1 * mean_seconds)
-        gate.record(load, mode, step_tokens, step_seconds)
+        gate.record(step_tokens, step_seconds)
         tokens, seconds, speculated = tokens + step_tokens, seconds + step_seconds, speculated + mode
     return speculated / steps, tokens / seconds
 
@@ -48,7 +48,7 @@ def test_an_unmeasured_load_alternates_blocks_and_the_steps_just_after_a_switch_
     modes = []
     for _ in range(4 * block):
         modes.append(gate.speculate("batch<=4"))
-        gate.record("batch<=4", modes[-1], 4 + 4 * modes[-1], 0.1 if modes[-1] else 0.05)
+        gate.record(4 + 4 * modes[-1], 0.1 if modes[-1] else 0.05)
     assert modes == ([True] * block + [False] * block) * 2
     assert gate.measured[("batch<=4", True)] == gate.measured[("batch<=4", False)] == 2 * (block - settle)
     assert gate.rate("batch<=4", True) == 80.0 and gate.rate("batch<=4", False) == 80.0

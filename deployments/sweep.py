@@ -14,10 +14,14 @@ each N runs kind after kind, in an order that rotates with N. Only one kind is e
 Per kind and N: aggregate output tokens/s (all clients' tokens over the wall time from the first
 request sent to the last one answered; for one client, over its requests' own times), time to first
 token, time per output token and inter-token latency, p50/p99 (vLLM's serving-benchmark terms), and
-errors. Every greedy text is compared with the first kind's for the same prompt (the baseline
-without speculation: the output must not change).
+errors. With `repeats` R > 1 every N is run R times over, every kind in each repeat (the order
+rotating again), and a kind's tokens/s is the median of its R; its ratio to the baseline is the
+median of the R ratios of runs in the same repeat, minutes apart at most, so a drift of the machine
+between repeats cancels. Every distinct greedy text is compared with the first kind's for the same
+prompt (the baseline without speculation: the output must not change).
 """
 import json
+import statistics
 import threading
 import time
 from collections import Counter
@@ -89,20 +93,32 @@ def in_turns(pools: dict[str, httpx.Client], model: str, prompts: list[str], max
     results and the sum of their times."""
     results: dict[str, list[dict]] = {side.label: [] for side in sides}
     for i, prompt in enumerate(prompts):
-        for side in sides[i % len(sides):] + sides[:i % len(sides)]:
+        for side in rotated(sides, i):
             result = request(pools[side.app], model, prompt, max_tokens, 0.0, 0, side.speculate, side.speculation)
             results[side.label].append(result | {"prompt": prompt})
     return {label: (rows, sum(r["seconds"] for r in rows)) for label, rows in results.items()}
 
 
-def summary(results: list[dict], wall: float, clients: int) -> dict:
+def rotated(sides: list[Side], by: int) -> list[Side]:
+    return sides[by % len(sides):] + sides[:by % len(sides)]
+
+
+def summary(repeats: list[tuple[list[dict], float]], clients: int) -> dict:
+    """A kind's figures at one N over its repeats (each: its results and its wall time)."""
+    results = [r for batch, _ in repeats for r in batch]
     complete = [r for r in results if r["outcome"] == "complete"]
     rounds = [r["stats"] for r in complete if r["stats"] and r["stats"]["rounds"]]
     steps = sum(x["rounds"] for x in rounds)
-    return {"clients": clients, "requests": len(results), "complete": len(complete), "wall_s": wall,
+    rates = [sum(r["tokens"] for r in batch if r["outcome"] == "complete") / wall for batch, wall in repeats]
+    texts: dict[str, list[str]] = {}
+    for r in complete:
+        if r["text"] not in texts.setdefault(r["prompt"], []):
+            texts[r["prompt"]].append(r["text"])
+    return {"clients": clients, "requests": len(results), "complete": len(complete),
+            "wall_s": sum(wall for _, wall in repeats),
             "errors": dict(Counter(r["outcome"] for r in results if r["outcome"] != "complete")),
             "tokens": sum(r["tokens"] for r in complete),
-            "tokens_per_s": sum(r["tokens"] for r in complete) / wall,
+            "tokens_per_s": statistics.median(rates), "tokens_per_s_repeats": rates,
             "ttft_s": percentiles([r["ttft"] for r in complete if r["ttft"] is not None]),
             "tpot_s": percentiles([r["tpot"] for r in complete if r["tpot"] is not None]),
             "itl_s": percentiles([gap for r in complete for gap in r["itl"]]),
@@ -110,12 +126,15 @@ def summary(results: list[dict], wall: float, clients: int) -> dict:
             "mat": sum(x["mat"] * x["rounds"] for x in rounds) / steps if steps else None,
             "drafted_per_step": sum(x["drafted"] for x in rounds) / steps if steps else None,
             "rounds_by_drafter": dict(sum((Counter(x["rounds_by_drafter"]) for x in rounds), Counter())),
-            "texts": {r["prompt"]: r["text"] for r in complete}}
+            "texts": texts}  # the distinct texts of each prompt (bfloat16 batches may break a near-tie either way)
 
 
 def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
-        max_tokens: int, eager: bool = False, single: list[str] | None = None, pinned: list[str] = ()) -> dict:
-    """`single`: another prompt set, sent once each by one client after the levels."""
+        max_tokens: int, eager: bool = False, single: list[str] | None = None, pinned: list[str] = (),
+        repeats: int = 1) -> dict:
+    """`single`: another prompt set, sent once each by one client after the levels (`repeats` times too)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}")
     args = serve_args(config_path)
     apps, sides = plan(args, kinds, list(pinned), eager)
     config = ServeConfig.model_validate(args)
@@ -126,22 +145,30 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
         pools = {name: httpx.Client(base_url=client.base_url, timeout=CLIENT_TIMEOUT_S, headers=dict(client.headers),
                                     limits=httpx.Limits(max_connections=max(levels) + 4)) for name, client in clients.items()}
         for n, count in enumerate(levels):
-            order = sides[n % len(sides):] + sides[:n % len(sides)]
-            for side in order:  # warm-up at this concurrency (vLLM compiles per batch shape on first use)
+            for side in rotated(sides, n):  # warm-up at this concurrency (vLLM compiles per batch shape on first use)
                 send(pools[side.app], config.model_name, prompts[:count], count, 1, 8, side)
-            if count == 1:
-                for label, (results, wall) in in_turns(pools, config.model_name, prompts, max_tokens, order).items():
-                    runs[label]["levels"].append(summary(results, wall, 1))
-            else:
-                for side in order:
-                    results, wall = send(pools[side.app], config.model_name, prompts, count, per_client, max_tokens, side)
-                    runs[side.label]["levels"].append(summary(results, wall, count))
+            timed = {side.label: [] for side in sides}
+            for repeat in range(repeats):
+                order = rotated(sides, n + repeat)
+                if count == 1:
+                    for label, batch in in_turns(pools, config.model_name, prompts, max_tokens, order).items():
+                        timed[label].append(batch)
+                else:
+                    for side in order:
+                        timed[side.label].append(
+                            send(pools[side.app], config.model_name, prompts, count, per_client, max_tokens, side))
+            for label, batches in timed.items():
+                runs[label]["levels"].append(summary(batches, count))
             stats = {name: client.get("/stats").json() for name, client in clients.items()}
             for side in sides:  # on vLLM, HedgeSpec's: what its learners price a step with after this level
                 runs[side.label]["levels"][-1]["step_costs"] = stats[side.app].get("step_costs")
         if single:
-            for label, (results, wall) in in_turns(pools, config.model_name, single, max_tokens, sides).items():
-                runs[label]["single"] = summary(results, wall, 1)
+            timed = {side.label: [] for side in sides}
+            for repeat in range(repeats):
+                for label, batch in in_turns(pools, config.model_name, single, max_tokens, rotated(sides, repeat)).items():
+                    timed[label].append(batch)
+            for label, batches in timed.items():
+                runs[label]["single"] = summary(batches, 1)
         stats = {name: client.get("/stats").json() for name, client in clients.items()}
     for side in sides:
         runs[side.label]["stats_after"] = stats[side.app]
@@ -149,11 +176,14 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
     baseline = runs[sides[0].label]
     for run_ in runs.values():
         for level, reference in zip(measured(run_), measured(baseline)):
-            same = [text == reference["texts"].get(prompt) for prompt, text in level["texts"].items()
-                    if prompt in reference["texts"]]
+            same = [text in reference["texts"][prompt] for prompt, texts in level["texts"].items()
+                    if prompt in reference["texts"] for text in texts]
             level["greedy_equal_to_baseline"] = f"{sum(same)}/{len(same)}"
+            level["vs_baseline"] = statistics.median(
+                rate / max(base, 1e-9) for rate, base in zip(level["tokens_per_s_repeats"], reference["tokens_per_s_repeats"]))
     return {"config": config_path, "target": config.engine.target.model_dump(), "k": config.engine.k,
-            "kinds": list(runs), "levels": levels, "requests_per_client": per_client, "max_tokens": max_tokens,
+            "kinds": list(runs), "levels": levels, "repeats": repeats, "requests_per_client": per_client,
+            "max_tokens": max_tokens,
             "prompts": len(prompts), "eager": eager, "single_prompts": len(single or []), "startup_s": startup,
             "runs": runs}
 
@@ -179,8 +209,8 @@ def plot(result: dict, path: str) -> None:
 
 def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
          max_tokens: int, eager: bool, json_out: str | None, plot_out: str | None, single: list[str] | None = None,
-         pinned: list[str] = ()) -> int:
-    result = run(config_path, prompts, kinds, levels, per_client, max_tokens, eager, single, pinned)
+         pinned: list[str] = (), repeats: int = 1) -> int:
+    result = run(config_path, prompts, kinds, levels, per_client, max_tokens, eager, single, pinned, repeats)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(result, f, indent=2)
@@ -190,27 +220,27 @@ def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[in
     target = result["target"]
     print(f"{config_path}: {target['model']} on {target['backend']} ({resolve_dtype(target['dtype'], target['device'])}), "
           f"K={result['k']}, greedy, <= {max_tokens} tokens, {len(prompts)} prompts, {per_client} requests per client "
-          f"(every prompt at least once per level){', eager' if eager else ''}; the kinds side by side, taking turns "
+          f"(every prompt at least once per level){', eager' if eager else ''}; the kinds side by side, taking turns, "
+          f"{repeats} repeat(s) per level (tokens/s: the median; vs {kinds[0]}: the median of the repeats' ratios) "
           f"(apps up in {result['startup_s']:.0f} s)")
-    print("| speculation | clients | tokens/s | vs " + kinds[0] + " | TTFT p50/p99 ms | TPOT p50/p99 ms | "
+    print("| speculation | clients | tokens/s | per repeat | vs " + kinds[0] + " | TTFT p50/p99 ms | TPOT p50/p99 ms | "
           "ITL p50/p99 ms | tokens/step | drafts/step | errors | greedy = " + kinds[0] + " |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     number = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     failed = False
     for label, rows in (("levels", lambda r: r["levels"]), ("single", lambda r: [r["single"]] if r["single"] else [])):
-        baseline = rows(result["runs"][result["kinds"][0]])
-        if label == "single" and baseline:
+        if label == "single" and result["single_prompts"]:
             print(f"\nthe second set ({result['single_prompts']} prompts), one client:")
         for kind, run_ in result["runs"].items():
-            for level, reference in zip(rows(run_), baseline):
+            for level in rows(run_):
                 failed |= bool(level["errors"])
-                _row(kind, level, reference, ms, number)
+                _row(kind, level, ms, number)
     return 1 if failed else 0
 
 
-def _row(kind: str, level: dict, reference: dict, ms, number) -> None:
+def _row(kind: str, level: dict, ms, number) -> None:
     print(f"| {kind} | {level['clients']} | {level['tokens_per_s']:.1f} | "
-          f"{level['tokens_per_s'] / max(reference['tokens_per_s'], 1e-9):.2f}x | "
+          f"{'/'.join(f'{rate:.0f}' for rate in level['tokens_per_s_repeats'])} | {level['vs_baseline']:.2f}x | "
           f"{ms(level['ttft_s']['p50'])}/{ms(level['ttft_s']['p99'])} | "
           f"{ms(level['tpot_s']['p50'])}/{ms(level['tpot_s']['p99'])} | "
           f"{ms(level['itl_s']['p50'])}/{ms(level['itl_s']['p99'])} | {number(level['mat'])} | "

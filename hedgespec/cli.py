@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                                                     "on the vLLM backend, none,hedgespec on HF)")
     load.add_argument("--clients", default="1,2,4,8,16", help="comma-separated client counts")
     load.add_argument("--requests", type=int, default=4, help="greedy requests per client at each count")
+    load.add_argument("--repeats", type=int, default=1, help="runs of every count, all kinds in each (the median "
+                                                             "is reported; the machine's drift cancels in the ratios)")
     load.add_argument("--max-tokens", type=int, default=128)
     load.add_argument("--eager", action="store_true", help="vLLM without torch.compile (starts fast, decodes slower)")
     load.add_argument("--seed", type=int, default=0)
@@ -58,6 +60,21 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--pinned", default="", help="comma-separated drafters of the pool, each also run alone "
                                                    "(`speculation.drafter`) in the hedgespec kind's app")
     load.set_defaults(run=_bench_load)
+
+    engines = bench.add_parser("engines", help="the vLLM engines alone in this process (no Ray, no HTTP): tokens/s "
+                                               "per kind at N concurrent requests, to split bench load's gaps")
+    engines.add_argument("--config", default="serve_config.yaml", help="Serve or engine config (default: serve_config.yaml)")
+    engines.add_argument("--kinds", default="none,hedgespec", help="comma-separated, the baseline first")
+    engines.add_argument("--clients", default="8,16", help="comma-separated client counts")
+    engines.add_argument("--requests", type=int, default=3, help="greedy requests per client at each count")
+    engines.add_argument("--repeats", type=int, default=3, help="runs of every count, all kinds in each")
+    engines.add_argument("--max-tokens", type=int, default=128)
+    engines.add_argument("--seed", type=int, default=0)
+    engines.add_argument("--prompts", help="JSON-lines file with a `prompt` field (default: built-in prompts)")
+    engines.add_argument("--mixed", type=int, metavar="N", help="the first N queries of the mixed stream (before the "
+                                                                "--prompts file's, if both are given)")
+    engines.add_argument("--json", help="also write the results to this JSON file")
+    engines.set_defaults(run=_bench_engines)
 
     soak = bench.add_parser("soak", help="N concurrent streaming clients against the app for a fixed time")
     soak.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
@@ -274,7 +291,18 @@ def _bench_load(args) -> int:
     kinds = args.kinds.split(",") if args.kinds else list(sweep.VLLM_KINDS if backend == "vllm" else sweep.HF_KINDS)
     return sweep.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), kinds, [int(n) for n in args.clients.split(",")], args.requests,
                       args.max_tokens, args.eager, args.json, args.plot, _prompts(args.single, None) if args.single else None,
-                      [d for d in args.pinned.split(",") if d])
+                      [d for d in args.pinned.split(",") if d], args.repeats)
+
+
+def _bench_engines(args) -> int:
+    from hedgespec.bench import engines
+    result = engines.main(load_config(args.config), _prompts(args.prompts, None, args.mixed, args.seed),
+                          args.kinds.split(","), [int(n) for n in args.clients.split(",")], args.requests,
+                          args.max_tokens, args.repeats)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
 
 
 def _bench_soak(args) -> int:

@@ -148,7 +148,8 @@ class HedgeSpecProposer:
         # curve, the proposer's work its own round's): the gate decides where requests share steps
         gated = self.batch > 1
         speculate = self.gate.speculate(load_of(self.batch)) if gated else True
-        drafts = [self._draft(request_id, speculate) if ok else [] for request_id, ok in zip(batch, learned)]
+        drafts = [self._draft(request_id, speculate) if ok else self._no_draft(request_id)
+                  for request_id, ok in zip(batch, learned)]
         self.returned_at = self.clock()
         self.drafting_s = self.returned_at - committed_at if gated else None
         return drafts
@@ -199,6 +200,14 @@ class HedgeSpecProposer:
         draft = live.speculation.draft(live.budget)
         live.draft, live.draft_seconds = tuple(draft.tokens), draft.seconds
         return list(draft.tokens)
+
+    def _no_draft(self, request_id: str) -> list[int]:
+        """A request that goes on without a draft (the step committed nothing to it): the next step
+        verifies none of its tokens, and its next round must not count the last draft again."""
+        live = self.live.get(request_id)
+        if live is not None:
+            live.draft, live.draft_seconds = (), 0.0
+        return []
 
     def _begin(self, request_id: str, history: list[int], committed: int) -> _Live | None:
         state = self.runner.requests.get(request_id)

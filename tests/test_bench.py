@@ -1,6 +1,7 @@
 """Benchmark machinery on tiny models: the selector benchmark, regret accounting, the router."""
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -188,3 +189,47 @@ def test_scaling_decoys_are_honest_datastores_even_past_small_corpora(tmp_path, 
     engine = Engine(load_config("configs/tiny.yaml"))
     decoys = paper.decoys(engine, 15, quick=False, seed=0)
     assert len({d.name for d in decoys}) == 15 and all(len(d.store) > 0 for d in decoys)
+
+
+def test_bench_engines_runs_every_kind_in_turn_and_counts_every_request(monkeypatch):
+    """The in-process engine comparison's protocol, with stand-in engines (tests/test_vllm.py runs
+    real ones): each kind runs every level once per repeat, in an order that rotates, every client's
+    requests are counted, and every engine is shut down."""
+    from hedgespec.bench import engines
+    from hedgespec.models import loading
+    calls, shut = [], []
+
+    class StandIn:
+        def __init__(self, config):
+            self.kind = config.target.vllm.speculation
+
+        async def generate(self, request_id, tokens, max_tokens):
+            calls.append((self.kind, max_tokens))
+            for _ in range(3):
+                yield SimpleNamespace(tokens=[1, 2])
+
+        async def costs(self):
+            return {}
+
+        def shutdown(self):
+            shut.append(self.kind)
+
+    tiny = loading.load_tokenizer("tiny:0")
+    monkeypatch.setattr(engines, "VLLMEngine", StandIn)
+    monkeypatch.setattr(engines, "sampling_params", lambda max_tokens, *rest: max_tokens)
+    monkeypatch.setattr(engines.loading, "load_tokenizer", lambda model: tiny)
+    config = load_config("serve_config.yaml")
+    result = engines.run(config, ["a b", "c d", "e f"], ["none", "hedgespec"], [1, 2], 2, 16, repeats=2)
+    assert sorted(shut) == ["hedgespec", "none"]
+    warmups = [kind for kind, max_tokens in calls if max_tokens != 16]
+    assert warmups == ["none"] + ["hedgespec"] + ["none"] * 2 + ["hedgespec"] * 2  # one request per client
+    measured = [kind for kind, max_tokens in calls if max_tokens == 16]
+    # per level and repeat, every kind sends max(3 prompts, clients x 2) requests: 3 at one client, 4 at two
+    runs = [measured[i] for i in range(0, 12, 3)] + [measured[i] for i in range(12, 28, 4)]
+    assert len(measured) == 28 and all(len(set(measured[i:i + 3])) == 1 for i in range(0, 12, 3))
+    assert all(len(set(measured[i:i + 4])) == 1 for i in range(12, 28, 4))
+    # the order rotates with the level and the repeat
+    assert runs == ["none", "hedgespec", "hedgespec", "none", "hedgespec", "none", "none", "hedgespec"]
+    for kind in ("none", "hedgespec"):
+        assert all(len(rates) == 2 and min(rates) > 0 for rates in result["tokens_per_s_repeats"][kind].values())
+    assert all(ratio == 1.0 for ratio in result["vs_baseline"]["none"].values())

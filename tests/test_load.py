@@ -28,18 +28,25 @@ def test_bench_load_sweeps_clients_per_kind_and_speculation_changes_no_greedy_te
     from deployments import sweep
     prompts = ["abc abc abc abc", "The quick brown fox", "SELECT name FROM users WHERE"]
     result = sweep.run("configs/serve-tiny.yaml", prompts, ["none", "hedgespec"], [1, 3], 1, 16,
-                       single=["one two one two one two"], pinned=["prompt-lookup"])
+                       single=["one two one two one two"], pinned=["prompt-lookup"], repeats=2)
     assert result["kinds"] == ["none", "hedgespec", "prompt-lookup alone"]
     for kind in result["kinds"]:
         run = result["runs"][kind]
         assert [level["clients"] for level in run["levels"]] == [1, 3]
-        # every prompt at least once at every level: one client sends all three
-        assert [level["requests"] for level in run["levels"]] == [3, 3]
+        # every prompt at least once at every level and repeat: one client sends all three, twice
+        assert [level["requests"] for level in run["levels"]] == [6, 6]
         for level in run["levels"] + [run["single"]]:
             assert level["complete"] == level["requests"] and not level["errors"]
-            assert level["tokens_per_s"] > 0 and level["itl_s"]["p99"] >= level["itl_s"]["p50"]
+            rates = level["tokens_per_s_repeats"]
+            assert len(rates) == 2 and min(rates) > 0 and level["tokens_per_s"] == (rates[0] + rates[1]) / 2
+            assert level["itl_s"]["p99"] >= level["itl_s"]["p50"]
             same, total = map(int, level["greedy_equal_to_baseline"].split("/"))
             assert total > 0 and same == total  # HedgeSpec's greedy text is the target's own
+    assert all(level["vs_baseline"] == 1.0 for level in result["runs"]["none"]["levels"])
+    # the ratio pairs each repeat with the baseline's run of the same repeat: the median (here the mean) of those
+    speculated, plain = (result["runs"][kind]["levels"][1]["tokens_per_s_repeats"] for kind in ("hedgespec", "none"))
+    assert result["runs"]["hedgespec"]["levels"][1]["vs_baseline"] == pytest.approx(
+        (speculated[0] / plain[0] + speculated[1] / plain[1]) / 2)
     alone = result["runs"]["none"]["levels"][1]
     assert alone["mat"] == 1.0 and alone["drafted_per_step"] == 0  # the target alone: a token per forward
     assert result["runs"]["hedgespec"]["levels"][1]["mat"] >= 1.0

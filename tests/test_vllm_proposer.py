@@ -99,6 +99,31 @@ def test_drafts_are_prompt_lookups_and_rounds_account_for_every_token(proposer):
     assert committed == [1] + [K + 1] * 5 and [r[2] for r in rounds] == [0] + [K] * 5
 
 
+def test_a_step_that_commits_nothing_to_a_request_leaves_no_draft_in_its_next_round(proposer):
+    proposer, runner, clock = proposer
+    truth, prompt_len = PERIOD * 40, 9
+    runner.add("a", max_tokens=200)
+    history = truth[:prompt_len]
+
+    def step(committed: list[int]) -> list[int]:
+        history.extend(committed)
+        token_ids = np.zeros((1, 400), dtype=np.int64)
+        token_ids[0, :len(history)] = history
+        clock.now += 0.1
+        return proposer.propose([committed], np.array([len(history)]), token_ids)[0]
+
+    draft = step(truth[prompt_len:prompt_len + 1])  # the prefill's token
+    assert len(draft) == K
+    draft = step(verify_greedy(draft, truth, len(history)))  # K accepted and one more
+    assert step([]) == []  # vLLM committed nothing to it in this step (its draft went unverified)
+    draft = step(verify_greedy([], truth, len(history)))  # so this step verified no draft: one token
+    assert len(draft) == K
+    runner.remove("a")
+    rounds = proposer.release(["a"])["a"]
+    # (drafted, accepted, committed) per round: the last round drafted nothing (not the unverified K)
+    assert [r[1:4] for r in rounds] == [(0, 0, 1), (K, K, K + 1), (0, 0, 1)]
+
+
 def test_step_costs_recover_a_linear_step_and_share_its_fixed_part():
     costs = StepCosts()
     for tokens in (6, 1, 11, 3, 16):

@@ -1,0 +1,100 @@
+"""`hedgespec bench engines`: the vLLM engines alone, without Ray Serve or HTTP: aggregate tokens/s
+of N concurrent greedy requests per kind of speculation, every engine in this one process, taking
+turns as in `hedgespec bench load`.
+
+`bench load` measures the app as clients see it; this measures what the engines give, so that the
+two side by side split a gap between kinds into the engine's share (the proposer, the load gate,
+vLLM's spec-decode path) and the serving path's (the deployments, the streams, the RPCs the app
+makes per request). Per N and repeat every kind runs once, in an order rotating with both; a kind's
+tokens/s is the median over repeats, its ratio to the first kind the median of the repeats' ratios.
+"""
+import asyncio
+import statistics
+import time
+import uuid
+
+from hedgespec.config import EngineConfig
+from hedgespec.models import loading
+from hedgespec.sampling import Sampling
+from hedgespec.text import encode_prompt
+from hedgespec.vllm_engine import VLLMEngine, sampling_params, speculation_args
+
+
+def with_speculation(config: EngineConfig, kind: str) -> EngineConfig:
+    settings = config.target.vllm.model_copy(update={"speculation": kind})
+    return config.model_copy(update={"target": config.target.model_copy(update={"vllm": settings})})
+
+
+async def _tokens(engine: VLLMEngine, prompt: list[int], max_tokens: int) -> int:
+    params = sampling_params(max_tokens, Sampling(), 0, speculation_args(True, None, None))
+    return sum([len(piece.tokens) async for piece in engine.generate(uuid.uuid4().hex, prompt, params)])
+
+
+async def _level(engine: VLLMEngine, prompts: list[list[int]], clients: int, per_client: int, max_tokens: int) -> float:
+    """`clients` concurrent clients, each sending its requests one after another (request i: prompt
+    i, cycling; every prompt at least once); aggregate tokens/s over the wall time."""
+    total = max(len(prompts), clients * per_client)
+
+    async def client(c: int) -> int:
+        return sum([await _tokens(engine, prompts[i % len(prompts)], max_tokens) for i in range(c, total, clients)])
+
+    start = time.perf_counter()
+    tokens = sum(await asyncio.gather(*[client(c) for c in range(clients)]))
+    return tokens / (time.perf_counter() - start)
+
+
+def run(config: EngineConfig, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
+        max_tokens: int, repeats: int) -> dict:
+    if config.target.backend != "vllm":
+        raise ValueError("bench engines compares vLLM engines: the config's target.backend must be vllm")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}")
+    tokenizer = loading.load_tokenizer(config.target.model)
+    encoded = [encode_prompt(tokenizer, prompt, True) for prompt in prompts]
+    engines = {kind: VLLMEngine(with_speculation(config, kind)) for kind in kinds}
+    rates = {kind: {n: [] for n in levels} for kind in kinds}
+
+    async def measure() -> dict:
+        for n, clients in enumerate(levels):
+            for kind in kinds:  # warm-up at this concurrency (vLLM compiles per batch shape on first use)
+                await _level(engines[kind], encoded[:clients], clients, 1, 8)
+            for repeat in range(repeats):
+                shift = (n + repeat) % len(kinds)
+                for kind in kinds[shift:] + kinds[:shift]:
+                    rates[kind][clients].append(await _level(engines[kind], encoded, clients, per_client, max_tokens))
+        return {kind: await engine.costs() for kind, engine in engines.items()}
+
+    try:
+        costs = asyncio.run(measure())
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+    baseline = kinds[0]
+    return {"target": config.target.model_dump(), "k": config.k, "kinds": kinds, "levels": levels, "repeats": repeats,
+            "requests_per_client": per_client, "max_tokens": max_tokens, "prompts": len(prompts),
+            "tokens_per_s": {kind: {n: statistics.median(r) for n, r in by_level.items()} for kind, by_level in rates.items()},
+            "tokens_per_s_repeats": rates,
+            "vs_baseline": {kind: {n: statistics.median(a / b for a, b in zip(r, rates[baseline][n]))
+                                   for n, r in by_level.items()} for kind, by_level in rates.items()},
+            "step_costs": costs}
+
+
+def main(config: EngineConfig, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
+         max_tokens: int, repeats: int) -> dict:
+    result = run(config, prompts, kinds, levels, per_client, max_tokens, repeats)
+    target = result["target"]
+    print(f"{target['model']} in vLLM engines in one process ({loading.resolve_dtype(target['dtype'], target['device'])}), "
+          f"K={config.k}, greedy, <= {max_tokens} tokens, {len(prompts)} prompts, {per_client} requests per client, "
+          f"{repeats} repeat(s) per level, kinds taking turns (tokens/s: the median; vs {kinds[0]}: the median of the "
+          f"repeats' ratios)")
+    print(f"| speculation | clients | tokens/s | per repeat | vs {kinds[0]} |")
+    print("|---|---|---|---|---|")
+    for kind in kinds:
+        for n in levels:
+            per_repeat = "/".join(f"{rate:.0f}" for rate in result["tokens_per_s_repeats"][kind][n])
+            print(f"| {kind} | {n} | {result['tokens_per_s'][kind][n]:.1f} | {per_repeat} | "
+                  f"{result['vs_baseline'][kind][n]:.2f}x |")
+    for kind, costs in result["step_costs"].items():
+        if costs:
+            print(f"{kind}: the load gate's tokens/s per load, speculating vs plain: {costs.get('gate_tokens_per_s')}")
+    return result

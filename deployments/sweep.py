@@ -31,6 +31,7 @@ import httpx
 
 from deployments.load import CLIENT_TIMEOUT_S, concurrently, percentiles, request
 from deployments.local import local_apps, serve_args
+from hedgespec.bench import paired_ratio, rotated
 from hedgespec.config import ServeConfig
 from hedgespec.models.loading import resolve_dtype
 
@@ -97,10 +98,6 @@ def in_turns(pools: dict[str, httpx.Client], model: str, prompts: list[str], max
             result = request(pools[side.app], model, prompt, max_tokens, 0.0, 0, side.speculate, side.speculation)
             results[side.label].append(result | {"prompt": prompt})
     return {label: (rows, sum(r["seconds"] for r in rows)) for label, rows in results.items()}
-
-
-def rotated(sides: list[Side], by: int) -> list[Side]:
-    return sides[by % len(sides):] + sides[:by % len(sides)]
 
 
 def summary(repeats: list[tuple[list[dict], float]], clients: int) -> dict:
@@ -179,8 +176,7 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
             same = [text in reference["texts"][prompt] for prompt, texts in level["texts"].items()
                     if prompt in reference["texts"] for text in texts]
             level["greedy_equal_to_baseline"] = f"{sum(same)}/{len(same)}"
-            level["vs_baseline"] = statistics.median(
-                rate / max(base, 1e-9) for rate, base in zip(level["tokens_per_s_repeats"], reference["tokens_per_s_repeats"]))
+            level["vs_baseline"] = paired_ratio(level["tokens_per_s_repeats"], reference["tokens_per_s_repeats"])
     return {"config": config_path, "target": config.engine.target.model_dump(), "k": config.engine.k,
             "kinds": list(runs), "levels": levels, "repeats": repeats, "requests_per_client": per_client,
             "max_tokens": max_tokens,

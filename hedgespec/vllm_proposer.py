@@ -24,8 +24,8 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
   batch of two or more speculates at all, from the wall-clock tokens per second that steps with and
   without speculation measured at this load (what the line misses: vLLM's spec-decode bookkeeping,
   the other requests' proposer work; a request alone pays neither). A step it holds back costs the
-  proposer next to nothing: the requests' committed tokens wait, and every drafter is scored on
-  them at the next round that is played.
+  proposer next to nothing then: the requests' committed tokens wait, and every drafter is scored
+  on them at the next round that is played (that scoring is deferred, not saved).
 
 vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
 calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's
@@ -191,8 +191,8 @@ class HedgeSpecProposer:
         the step back from speculating."""
         live = self.live[request_id]
         if not speculate:
-            live.gated, live.draft, live.draft_seconds = True, (), 0.0
-            return []
+            live.gated = True
+            return self._no_draft(request_id)
         if live.unplayed:
             live.speculation.catch_up(live.unplayed)
             live.unplayed = []
@@ -202,8 +202,9 @@ class HedgeSpecProposer:
         return list(draft.tokens)
 
     def _no_draft(self, request_id: str) -> list[int]:
-        """A request that goes on without a draft (the step committed nothing to it): the next step
-        verifies none of its tokens, and its next round must not count the last draft again."""
+        """A request that goes on without a draft (the gate held the step back, or the step committed
+        nothing to it): the next step verifies none of its tokens, and its next round must not count
+        the last draft again."""
         live = self.live.get(request_id)
         if live is not None:
             live.draft, live.draft_seconds = (), 0.0

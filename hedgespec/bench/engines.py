@@ -13,6 +13,7 @@ import statistics
 import time
 import uuid
 
+from hedgespec.bench import paired_ratio, rotated
 from hedgespec.config import EngineConfig
 from hedgespec.models import loading
 from hedgespec.sampling import Sampling
@@ -59,8 +60,7 @@ def run(config: EngineConfig, prompts: list[str], kinds: list[str], levels: list
             for kind in kinds:  # warm-up at this concurrency (vLLM compiles per batch shape on first use)
                 await _level(engines[kind], encoded[:clients], clients, 1, 8)
             for repeat in range(repeats):
-                shift = (n + repeat) % len(kinds)
-                for kind in kinds[shift:] + kinds[:shift]:
+                for kind in rotated(kinds, n + repeat):
                     rates[kind][clients].append(await _level(engines[kind], encoded, clients, per_client, max_tokens))
         return {kind: await engine.costs() for kind, engine in engines.items()}
 
@@ -74,8 +74,8 @@ def run(config: EngineConfig, prompts: list[str], kinds: list[str], levels: list
             "requests_per_client": per_client, "max_tokens": max_tokens, "prompts": len(prompts),
             "tokens_per_s": {kind: {n: statistics.median(r) for n, r in by_level.items()} for kind, by_level in rates.items()},
             "tokens_per_s_repeats": rates,
-            "vs_baseline": {kind: {n: statistics.median(a / b for a, b in zip(r, rates[baseline][n]))
-                                   for n, r in by_level.items()} for kind, by_level in rates.items()},
+            "vs_baseline": {kind: {n: paired_ratio(r, rates[baseline][n]) for n, r in by_level.items()}
+                            for kind, by_level in rates.items()},
             "step_costs": costs}
 
 

@@ -133,6 +133,14 @@ class DelayedLosses:
         """End of generation: deliver what is left, with gamma beyond the end taken as 0."""
         return [self._deliver(complete=False) for _ in range(len(self.rows))]
 
+    def skip(self, positions: int) -> None:
+        """`positions` are committed that no rows will be pushed for (their scoring was skipped): the
+        windows open before them are dropped, undelivered, since their losses would need those rows,
+        and with them the rounds played there; the positions after the gap count on past it."""
+        self.pushed += positions
+        self.rows.clear()
+        self.played.clear()
+
     def play(self, position: int, drafter: int, drafted: int, accepted: int) -> None:
         """A round started at `position` with this drafter: what its drafts really did, to be held
         against the drafter's scores there once they are complete."""

@@ -137,6 +137,24 @@ def test_flush_treats_gamma_past_the_end_as_zero():
             assert m.losses[j] == pytest.approx(1 - sum(terms) / 4), (m.position, j)
 
 
+def test_skipped_positions_drop_the_open_windows_and_the_rest_count_on_past_them():
+    """K = 3, paper estimator, one drafter with gamma g at every position: positions 0-4 pushed,
+    7 skipped, 12-15 pushed. The windows of 0-2 were complete before the gap; those of 3 and 4
+    needed skipped rows and are never delivered; from 12 on every window holds rows after the gap
+    only (by hand)."""
+    window = DelayedLosses(1, 3, estimator="paper")
+    g = [0.5, 0.5, 0.5, 0.5, 0.5, 0.9, 0.9, 0.9, 0.9]  # before the gap, then after it
+    row = lambda x: (np.array([x]), np.array([x]), np.array([True]))  # noqa: E731
+    out = [m for x in g[:5] for m in window.push(*row(x))]
+    window.skip(7)
+    out += [m for x in g[5:] for m in window.push(*row(x))] + window.flush()
+    assert [m.position for m in out] == [0, 1, 2, 12, 13, 14, 15]
+    assert out[0].losses[0] == pytest.approx(1 - (1 + 0.5 + 0.25 + 0.125) / 4)
+    assert out[2].losses[0] == out[0].losses[0]
+    assert out[3].losses[0] == pytest.approx(1 - (1 + 0.9 + 0.81 + 0.729) / 4)
+    assert out[-1].losses[0] == pytest.approx(1 - (1 + 0.9) / 4)  # flushed: nothing past the end
+
+
 def test_sleeping_drafter_accepts_nothing_inside_its_window():
     window = DelayedLosses(2, 2, estimator="paper")
     window.push(np.array([0.5, 0.5]), np.ones(2), np.array([True, True]))

@@ -136,6 +136,21 @@ def test_step_costs_recover_a_linear_step_and_share_its_fixed_part():
     assert same.line() == pytest.approx((0.05, 0.0))  # one size seen: no slope yet
 
 
+def test_a_stalled_step_counts_as_twice_the_line_once_it_is_settled():
+    costs = StepCosts()
+    sizes = [6, 1, 11, 3, 16] * 3
+    for tokens in sizes:
+        costs.record(tokens, 0.040 + 0.002 * tokens)
+    costs.record(6, 1.0)  # another process held the core: 19x the step's 0.052 s
+    # the reference: a weighted least-squares line through the steps, the stalled one at 2 x 0.052 s
+    x = np.array(sizes + [6])
+    y = np.append(0.040 + 0.002 * x[:-1], 2 * 0.052)
+    weights = StepCosts.DECAY ** np.arange(len(x))[::-1]
+    slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(weights))
+    assert costs.line() == pytest.approx((intercept, slope))
+    assert costs.line()[1] == pytest.approx(0.002, abs=0.001)  # uncapped, the slope would turn negative and read 0
+
+
 def test_a_step_is_charged_its_fixed_part_shared_and_each_request_its_own_tokens(proposer):
     proposer, runner, clock = proposer
     fixed, per_token = 0.2, 0.01
@@ -247,6 +262,32 @@ def test_steps_the_gate_holds_back_are_scored_at_the_next_round_played(proposer,
     rounds = proposer.release(["a", "b"])["a"]
     assert sum(r[3] for r in rounds) == len(histories["a"]) - 9 - (len(drafts["a"][-1]) + 1)
     assert [r[0] is None for r in rounds[1:]] == [len(d) == 0 for d in drafts["a"][:-1]]
+
+
+def test_a_long_stretch_held_back_is_not_scored_and_the_drafters_keep_up(proposer, monkeypatch):
+    """Held back for many steps, a request's drafters begin again on its text rather than observe
+    every token (their next draft is still the text's continuation), the learner gets no loss for
+    the positions whose windows need the skipped tokens, and the last K + 1 are scored."""
+    proposer, runner, clock = proposer
+    held = 40
+    played = [True, True] + [False] * held + [True] * 4
+    schedule = iter(played + [True] * 20)
+    monkeypatch.setattr(proposer.gate, "speculate", lambda load: next(schedule))
+    truth = PERIOD * 60
+    runner.add("a", max_tokens=200)
+    runner.add("b", max_tokens=200)
+    drafts, histories = drive(proposer, runner, clock, {"a": truth, "b": truth}, prompt_len=9, steps=len(played))
+    position = 10
+    for draft in drafts["a"]:
+        assert draft == truth[position:position + len(draft)]
+        position += len(draft) + 1
+    speculation = proposer.live["a"].speculation
+    delivered = [m.position for m in speculation.learning.delivered]
+    gaps = np.diff(delivered)
+    assert (gaps >= 1).all() and gaps.max() >= held - (K + 1)  # the skipped positions, and the window before them
+    assert delivered[-1] >= speculation.position - (K + 1) - K  # the scored tail and the rounds after it
+    rounds = proposer.release(["a", "b"])["a"]
+    assert sum(r[3] for r in rounds) == len(histories["a"]) - 9 - (len(drafts["a"][-1]) + 1)
 
 
 def test_a_request_alone_is_not_gated(proposer, monkeypatch):

@@ -30,8 +30,8 @@ class VLLMConfig(Strict):
     kv_cache_gib: float = Field(1.0, gt=0, description="CPU: VLLM_CPU_KVCACHE_SPACE; GPU: ignored (vLLM sizes it)")
     cpu_threads_bind: str = Field(
         "nobind", min_length=1, description="CPU: VLLM_CPU_OMP_THREADS_BIND. nobind: the model thread is not pinned (on "
-                                            "2 cores, pinned to one, it gave half the tokens/s under load); auto: vLLM's "
-                                            "pinning (many-core and NUMA machines), or a list of cores such as 0-7")
+                                            "2 cores, pinned to one, it gave 1.5-2.2x fewer tokens/s under load, README); "
+                                            "auto: vLLM's pinning (many-core and NUMA machines), or cores such as 0-7")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU: the share of its memory vLLM may take")
     max_model_len: int | None = Field(4096, ge=16, description="longest prompt + completion (None: the model's)")
     max_num_seqs: int = Field(32, ge=1, description="requests decoded in one batch")

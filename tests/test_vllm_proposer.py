@@ -242,9 +242,10 @@ def test_a_warm_start_prior_is_kept_per_load(proposer):
 
 
 def test_steps_the_gate_holds_back_are_scored_at_the_next_round_played(proposer, monkeypatch):
-    """A step without speculation runs no round; its tokens are observed and scored when the next
-    round is played, so the drafter's next draft is the text's own continuation (drafting from a
-    history that missed them would be off the period), and the rounds still account for every token."""
+    """A step without speculation runs no round; its tokens are caught up when the next round is
+    played (the last K + 1 are scored; the two before them are skipped, the text being short: the
+    next test), so the drafter's next draft is the text's own continuation (drafting from a history
+    that missed them would be off the period), and the rounds still account for every token."""
     proposer, runner, clock = proposer
     # seven steps held back in a row: more tokens than a round holds (K + 1) wait for the next round
     played = [True, False, False, True, False, True, True] + [False] * 7 + [True, True]

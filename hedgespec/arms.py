@@ -76,6 +76,7 @@ class StepCosts:
 
     def __init__(self):
         self.sums = np.zeros(5)  # weighted sums of 1, tokens, seconds, tokens^2, tokens * seconds
+        self.fitted: tuple[float, float] | None = None  # `line` until the next step is recorded (every request of a step is priced with it)
 
     def record(self, tokens: int, seconds: float) -> None:
         """One step. A step stalled by another process on the cores (one in ten took twice the median
@@ -85,9 +86,15 @@ class StepCosts:
             fixed, per_token = self.line()
             seconds = min(seconds, self.STALL * (fixed + per_token * tokens))
         self.sums = self.DECAY * self.sums + np.array([1.0, tokens, seconds, tokens * tokens, tokens * seconds])
+        self.fitted = None
 
     def line(self) -> tuple[float, float]:
         """(a, b); b = 0 until the steps have differed in size (optimism: longer drafts get tried)."""
+        if self.fitted is None:
+            self.fitted = self._fit()
+        return self.fitted
+
+    def _fit(self) -> tuple[float, float]:
         weight, x, y, xx, xy = self.sums
         if weight == 0:
             return 0.0, 0.0

@@ -141,10 +141,8 @@ class Speculation:
         self.position = 0  # tokens committed so far: where the next round starts
         self.chosen: int | None = None  # the arm played this round (None: nothing was awake, or no budget)
         self.drafter: int | None = None  # its drafter (None: the plain step)
-        self.sampling, self.seed = Sampling(), 0  # the request's, from `begin`: the drafters begin with them again in `skip`
 
     def begin(self, request: Request, hidden) -> None:
-        self.sampling, self.seed = request.sampling, request.seed
         self.pool.begin(self.request_id, request.prompt, hidden, request.sampling, request.seed)
         self.learning.selector.begin(request.prompt_text)
 
@@ -183,16 +181,14 @@ class Speculation:
             chunk = tokens[start:start + k + 1]
             self.commit(Verified(chunk, len(chunk) - 1, 0, None, torch.empty(0, 0)), None)
 
-    def skip(self, text: list[int], skipped: int, hidden) -> None:
-        """The last `skipped` tokens of `text` (the prompt and every token committed since) were
-        committed while no round was played, and are not to be scored: the drafters begin again on
-        the whole text, which costs them far less than observing many tokens does, and the learner
-        loses the positions whose losses would need the skipped ones."""
+    def skip(self, skipped: int) -> None:
+        """The next `skipped` tokens were committed while no round was played and are not scored
+        (the drafters took them in without: LocalPool.extend): the learner loses the positions
+        whose losses would need them."""
         self.learning.absorb(lag=0)
         self.losses.skip(skipped)
         self.position += skipped
         self.chosen = self.drafter = None
-        self.pool.begin(self.request_id, text, hidden, self.sampling, self.seed)
 
     def finish(self) -> None:
         self.learning.finish()

@@ -39,6 +39,11 @@ class Scores:
     awake: np.ndarray
 
     @staticmethod
+    def of_columns(columns: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> "Scores":
+        """From each drafter's (gamma, ratio, awake) columns, in the pool's order."""
+        return Scores(*(np.stack([c[f] for c in columns], axis=1) for f in range(3)))
+
+    @staticmethod
     def concat(parts: Sequence["Scores"]) -> "Scores":
         return Scores(*(np.concatenate([getattr(p, f) for p in parts], axis=1) for f in ("gamma", "ratio", "awake")))
 
@@ -78,6 +83,17 @@ def score(verified: Verified, observation: Observation) -> tuple[np.ndarray, np.
     return gamma.numpy(), ratio.numpy(), awake
 
 
+def score_all(verified: Verified, observations: list[Observation]) -> Scores:
+    """Every drafter's `score` for a round, as Scores. Where every drafter gives point masses and
+    the target's distributions are not at hand (the vLLM backend, every request at every step), the
+    hits of all of them are one comparison."""
+    if verified.probs is None and all(o.probs is None for o in observations):
+        drafted = np.stack([np.asarray(o.tokens) for o in observations], axis=1)
+        hit = (drafted == np.asarray(verified.tokens)[:, None]).astype(np.float32)
+        return Scores(hit, hit, np.stack([np.asarray(o.awake) for o in observations], axis=1))
+    return Scores.of_columns([score(verified, o) for o in observations])
+
+
 def drafter_seeds(seed: int, n: int) -> list[int]:
     """Each drafter's sampling seed for a request; the same wherever the drafter runs."""
     return [seed + 1 + j for j in range(n)]
@@ -102,16 +118,17 @@ class _Round:
 
     def complete(self) -> None:
         """Every drafter's column is in: the round's scores to the loop."""
-        self.future.set_result(Scores(*(np.stack([c[f] for c in self.columns], axis=1) for f in range(3))))
+        self.future.set_result(Scores.of_columns(self.columns))
         self.verified = None  # the round's distributions are no longer needed
 
 
 @dataclass
 class _Request:
-    ready: np.ndarray  # per drafter: whether it had a proposal after the prompt
+    ready: np.ndarray  # per drafter: whether it had a proposal after the prompt (or after `extend`)
     done: list[int]  # per drafter: rounds it has observed
     locks: list[threading.Lock]  # per drafter: held while it observes or drafts
     rounds: list[_Round] = field(default_factory=list)
+    since: int = 0  # the rounds handed over when `ready` was set: later ones' flags are newer
     lock: threading.Lock = field(default_factory=threading.Lock)  # guards the rounds' counters
 
 
@@ -141,9 +158,10 @@ class LocalPool:
 
     def awake(self, request_id):
         request = self.requests[request_id]
-        if self.worker is None and request.rounds:  # scored as it was handed over: the flags are current
+        newer = len(request.rounds) - request.since  # rounds handed over since the prompt or the last extend
+        if self.worker is None and newer:  # scored as it was handed over: the flags are current
             return request.rounds[-1].ready.copy()
-        if len(request.rounds) < 2:
+        if newer < 2:
             return request.ready.copy()
         before = request.rounds[-2]
         before.future.result()  # complete: the loop absorbed it (or it failed, and this raises)
@@ -170,6 +188,19 @@ class LocalPool:
         draft.seconds = time.perf_counter() - start
         return draft
 
+    def extend(self, request_id: str, tokens: list[int]) -> None:
+        """Committed tokens that no round scores: every drafter takes them into its history, as after
+        its prompt (the vLLM proposer's steps held back from speculating, whose scoring cost more
+        than the steps). Drafters that read token ids only (prompt lookup, datastores) can. The
+        rounds handed over before are scored first; the flags offered next are those after `tokens`."""
+        request = self.requests[request_id]
+        for index, drafter in enumerate(self.drafters):
+            self._catch_up(request_id, index)
+            with request.locks[index]:
+                drafter.extend(request_id, tokens)
+                request.ready[index] = drafter.ready(request_id)
+        request.since = len(request.rounds)
+
     def evaluate(self, request_id, verified):
         request = self.requests[request_id]
         scored = _Round(verified, [None] * len(self.drafters), np.zeros(len(self.drafters), dtype=bool),
@@ -187,14 +218,14 @@ class LocalPool:
         for every request of every step)."""
         request, start = self.requests[request_id], time.perf_counter()
         try:
-            columns = [score(scored.verified, drafter.observe(request_id, scored.verified)) for drafter in self.drafters]
+            scores = score_all(scored.verified, [drafter.observe(request_id, scored.verified) for drafter in self.drafters])
             scored.ready[:] = [drafter.ready(request_id) for drafter in self.drafters]
         except Exception as error:  # the loop raises it from the round's future
             scored.future.set_exception(error)
             return
         request.done = [len(request.rounds)] * len(self.drafters)
-        scored.columns[:] = columns
-        scored.complete()
+        scored.verified = None  # the round's distributions are no longer needed
+        scored.future.set_result(scores)
         with self.counting:
             self.scoring_seconds["critical"] += time.perf_counter() - start
 

@@ -25,9 +25,8 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
   without speculation measured at this load (what the line misses: vLLM's spec-decode bookkeeping,
   the other requests' proposer work; a request alone pays neither). A step it holds back costs the
   proposer next to nothing then: the requests' committed tokens wait for the next round that is
-  played. Every drafter is scored on the last K + 1 of them; where they are many, rather than
-  observing the rest, the drafters begin again on the request's text (far cheaper), and the learner
-  does without those positions' scores.
+  played. Every drafter is scored on the last K + 1 of them; the drafters take the rest into their
+  histories without scoring them (far cheaper), and the learner does without those positions' scores.
 
 vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
 calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's
@@ -57,11 +56,6 @@ from hedgespec.vllm_engine import PROPOSER_ENV
 
 NO_HIDDEN = torch.empty(0, 0)  # these drafters read token ids only
 KEPT = 4096  # finished requests' rounds kept for `release` to collect; beyond, the oldest are dropped
-# The drafters begin again on a request's whole text rather than observe and score the tokens the gate
-# held back, where those are more than the text's length over this. With serve_config.yaml's pool
-# on 2 cores (a session's timing, not committed), beginning took 1.6-4.3 us per token of text (2,000
-# and 200 tokens), observing and scoring with the learner's update about 127 us per token
-SCORING_PER_BEGIN = 32
 
 
 @dataclass
@@ -77,7 +71,6 @@ class _Live:
     budget: int = 0  # the most tokens the next step may draft
     gated: bool = False  # the gate held the last step back from speculating: no round was played for it
     unplayed: list[int] = field(default_factory=list)  # committed since the last round played, not yet scored
-    text: list[int] = field(default_factory=list)  # the prompt and every token committed
     rounds: list[Round] = field(default_factory=list)  # what the response reports (decode.Generation.stats)
 
 
@@ -178,9 +171,9 @@ class HedgeSpecProposer:
                             step_share or 0.0, live.draft_seconds)
         if not live.ignore_eos:
             verified = through_eos(verified, self.eos_ids)
-        verified = verified.first(live.max_tokens - live.generated)  # vLLM keeps none beyond max_tokens
+        if len(verified.tokens) > live.max_tokens - live.generated:  # vLLM keeps none beyond max_tokens
+            verified = verified.first(live.max_tokens - live.generated)
         live.generated += len(verified.tokens)
-        live.text += verified.tokens
         if live.gated:  # no round was played for this step: its tokens wait for the next one that is
             live.unplayed += verified.tokens
             live.rounds.append(Round(None, 0, 0, len(verified.tokens), step_share or 0.0, 0.0, step_share or 0.0))
@@ -203,25 +196,24 @@ class HedgeSpecProposer:
             live.gated = True
             return self._no_draft(request_id)
         if live.unplayed:
-            self._catch_up(live)
+            self._catch_up(request_id, live)
         live.gated = False
         draft = live.speculation.draft(live.budget)
         live.draft, live.draft_seconds = tuple(draft.tokens), draft.seconds
         return list(draft.tokens)
 
-    def _catch_up(self, live: _Live) -> None:
+    def _catch_up(self, request_id: str, live: _Live) -> None:
         """Before the request's next round, the tokens committed while the gate held it back: the
-        last K + 1 are scored (what the learner sees of the text just before it chooses); the rest
-        too where they are few, else the drafters begin again on the text before those K + 1, and
-        the learner does without their scores (under load the gate holds back most steps, and
-        scoring all they commit stalled a batch of 16 by 140-200 ms at each resumption)."""
-        tail = live.unplayed[-(self.config.k + 1):]
-        held = len(live.unplayed) - len(tail)
-        if held * SCORING_PER_BEGIN > len(live.text):
-            live.speculation.skip(live.text[:len(live.text) - len(tail)], held, NO_HIDDEN)
-            live.speculation.catch_up(tail)
-        else:
-            live.speculation.catch_up(live.unplayed)
+        last K + 1 are scored (what the learner sees of the text just before it chooses); the
+        drafters take the rest in without scoring, and the learner does without their scores. Under
+        load the gate holds back most steps; scoring all they commit stalled a batch of 16 by
+        140-200 ms at each resumption, and the drafters' beginning again on the whole text instead
+        still by ~16 ms (a session trace, not committed): taking in the held tokens costs microseconds."""
+        held, tail = live.unplayed[:-(self.config.k + 1)], live.unplayed[-(self.config.k + 1):]
+        if held:
+            self.pool.extend(request_id, held)
+            live.speculation.skip(len(held))
+        live.speculation.catch_up(tail)
         live.unplayed = []
 
     def _no_draft(self, request_id: str) -> list[int]:
@@ -253,7 +245,7 @@ class HedgeSpecProposer:
         text = self.tokenizer.decode(prompt) if selector_config.name == "router" else ""
         # the drafters draft point masses (vLLM verifies them as such), so they run greedy
         speculation.begin(Request(prompt, params.max_tokens, Sampling(), seed, (), text, request_id), NO_HIDDEN)
-        live = _Live(speculation, k, params.max_tokens or self.max_model_len, bool(params.ignore_eos), text=list(prompt))
+        live = _Live(speculation, k, params.max_tokens or self.max_model_len, bool(params.ignore_eos))
         self.live[request_id] = live
         return live
 

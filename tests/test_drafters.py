@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hedgespec.bench.replay import replay
 from hedgespec.config import DrafterConfig, EngineConfig, SelectorConfig, TargetConfig
 from hedgespec.drafters import artifact_path
-from hedgespec.drafters.datastore import Datastore, DatastoreDrafter, suffix_array
+from hedgespec.drafters.datastore import KNOWN_FROM, Datastore, DatastoreDrafter, suffix_array
 from hedgespec.drafters.eagle import EagleDrafter
 from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
 from hedgespec.drafters.feature_head import FeatureHead, HeadSpec, frozen_from_folder, frozen_from_model, load_head, save_head
@@ -157,6 +157,28 @@ def test_datastore_lookups_equal_a_brute_force_scan_of_the_documents():
                                                                          for e in ends]
 
 
+def test_frequent_contexts_keep_the_answer_a_scan_gives():
+    """Contexts that occur KNOWN_FROM times or more keep their most frequent continuation once
+    counted: asked again, and asked inside longer contexts that end in them, the lookups still give
+    what scanning the documents gives."""
+    rng = np.random.default_rng(1)
+    docs = [[1, 2, int(rng.choice(4, p=[0.1, 0.2, 0.3, 0.4]))] for _ in range(3 * KNOWN_FROM)] + [[5, 1, 2, 0]]
+    store = Datastore.build(docs)
+
+    def scan(context):  # the most frequent token after the longest of the context's suffixes that occurs
+        for n in range(len(context), 0, -1):
+            followers = [doc[i + n] for doc in docs for i in range(len(doc) - n) if doc[i:i + n] == context[-n:]]
+            if followers:
+                tokens, counts = np.unique(followers, return_counts=True)
+                return int(tokens[counts == counts.max()].min())
+        return None
+
+    for context in ([1, 2], [1, 2], [7, 1, 2], [5, 1, 2], [2, 1, 2], [1, 2]):
+        assert store.most_frequent(context, 1, 8) == scan(context), context
+    assert len(store.known) >= 1  # the frequent context [1, 2] was kept
+    assert store.most_frequent_each([7, 1, 2, 5, 1, 2], [3, 6], 1, 8) == [scan([7, 1, 2]), scan([5, 1, 2])]
+
+
 def test_datastore_drafter_proposes_the_continuation_and_sleeps_on_unseen_text():
     drafter = DatastoreDrafter("store", Datastore.build(DOCS), vocab=16, max_ngram=8, min_ngram=2)
     drafter.begin("r", [0, 5, 6, 7], None, Sampling(), 0)
@@ -250,6 +272,29 @@ def test_the_awake_flags_offered_are_current_when_scoring_is_synchronous(backgro
     assert pool.awake("r").tolist() == [not background]
     pool.evaluate("r", Verified([9], 0, 0, None, torch.zeros(1, 1))).result()  # 9 is new: nothing to copy
     assert pool.awake("r").tolist() == [False] if not background else [True]
+    pool.release("r")
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_tokens_taken_in_without_scoring_move_the_drafters_and_their_flags(background):
+    """LocalPool.extend (the vLLM proposer's held-back tokens): no round is scored, and the drafters'
+    next proposals and flags are those after the tokens. After [1, 2, 3, 4] prompt lookup has nothing
+    to copy; after [1, 2, 3, 4] + [9, 1] it copies what followed 1 (2, 3, 4, 9, 1, ...); the store's
+    only document follows [9, 1] with 7, 7 and nothing follows [4, 9] there."""
+    lookup = PromptLookupDrafter("lookup", vocab=16)
+    store = DatastoreDrafter("store", Datastore.build([[8, 9, 1, 7, 7]]), vocab=16, max_ngram=8, min_ngram=2)
+    pool = LocalPool([lookup, store], background=background)
+    pool.begin("r", [1, 2, 3, 4], None, Sampling(), 0)
+    assert pool.awake("r").tolist() == [False, False]
+    pool.extend("r", [9, 1])
+    assert pool.awake("r").tolist() == [True, True]
+    assert pool.evaluated("r") == 0  # nothing was scored
+    assert pool.propose("r", 0, 5).tokens == [2, 3, 4, 9, 1]
+    assert pool.propose("r", 1, 5).tokens == [7, 7]
+    scores = pool.evaluate("r", Verified([2, 5], 1, 0, None, torch.zeros(2, 1))).result()
+    # at 2: lookup drafted 2 (a hit), the store 7; at 5, after [.., 1, 2]: lookup 3, the store sleeps ([1, 2] unseen)
+    assert scores.gamma.tolist() == [[1.0, 0.0], [0.0, 0.0]]
+    assert scores.awake.tolist() == [[True, True], [True, False]]
     pool.release("r")
 
 

@@ -241,10 +241,10 @@ def test_a_warm_start_prior_is_kept_per_load(proposer):
     assert proposer.live["c"].speculation.learning.selector.queries == 2
 
 
-def test_steps_the_gate_holds_back_are_scored_at_the_next_round_played(proposer, monkeypatch):
+def test_steps_the_gate_holds_back_are_caught_up_at_the_next_round_played(proposer, monkeypatch):
     """A step without speculation runs no round; its tokens are caught up when the next round is
-    played (the last K + 1 are scored; the two before them are skipped, the text being short: the
-    next test), so the drafter's next draft is the text's own continuation (drafting from a history
+    played (the last K + 1 are scored; the drafters take the ones before in unscored: the next
+    test), so the drafter's next draft is the text's own continuation (drafting from a history
     that missed them would be off the period), and the rounds still account for every token."""
     proposer, runner, clock = proposer
     # seven steps held back in a row: more tokens than a round holds (K + 1) wait for the next round
@@ -266,8 +266,8 @@ def test_steps_the_gate_holds_back_are_scored_at_the_next_round_played(proposer,
 
 
 def test_a_long_stretch_held_back_is_not_scored_and_the_drafters_keep_up(proposer, monkeypatch):
-    """Held back for many steps, a request's drafters begin again on its text rather than observe
-    every token (their next draft is still the text's continuation), the learner gets no loss for
+    """Held back for many steps, a request's drafters take the tokens in without observing and
+    scoring them (their next draft is still the text's continuation), the learner gets no loss for
     the positions whose windows need the skipped tokens, and the last K + 1 are scored."""
     proposer, runner, clock = proposer
     held = 40

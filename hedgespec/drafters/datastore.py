@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from numba import njit
+from numba import njit, types
+from numba.typed import Dict
 
 from hedgespec.interfaces import Draft, Observation, Verified
 from hedgespec.sampling import Sampling, draw, process_draft
@@ -28,6 +29,10 @@ from hedgespec.sampling import Sampling, draw, process_draft
 SEPARATOR = -1  # between documents: never matched, never proposed
 PAST_END = -2  # what a suffix reads beyond the end of the stream (sorts first, as in the build)
 SAMPLE = 4096  # very frequent short n-grams are counted on an even sample of this many occurrences
+# A context with this many occurrences or more (a frequent n-gram) keeps its most frequent continuation
+# once counted: sorting thousands of continuations cost most of a lookup, and such contexts recur in
+# every text
+KNOWN_FROM = 256
 
 
 def suffix_array(stream: np.ndarray, depth: int) -> np.ndarray:
@@ -39,7 +44,7 @@ def suffix_array(stream: np.ndarray, depth: int) -> np.ndarray:
     span = 1
     while span < depth:
         second = np.zeros(n, np.int64)
-        second[:n - span] = rank[span:]
+        second[:max(0, n - span)] = rank[span:]  # a stream shorter than the span: nothing follows
         key = rank * (n + 2) + second
         order = np.argsort(key)
         ordered = key[order]
@@ -99,29 +104,46 @@ def _following(stream: np.ndarray, order: np.ndarray, lo: int, hi: int) -> np.nd
 
 
 @njit(cache=True)
-def _most_frequent(stream: np.ndarray, order: np.ndarray, context: np.ndarray, min_ngram: int) -> int:
+def _top(stream: np.ndarray, order: np.ndarray, lo: int, hi: int) -> int:
+    """The most frequent token after the range's occurrences, the lowest id among equally frequent
+    ones; -1 if nothing follows them."""
+    following = np.sort(_following(stream, order, lo, hi))
+    best, best_count, run = -1, 0, 0
+    for i in range(len(following)):
+        run = run + 1 if i > 0 and following[i] == following[i - 1] else 1
+        if run > best_count:
+            best, best_count = following[i], run
+    return best
+
+
+@njit(cache=True)
+def _most_frequent(stream: np.ndarray, order: np.ndarray, context: np.ndarray, min_ngram: int, known) -> int:
     """The most frequent token after the longest suffix of `context` (at least min_ngram tokens)
-    that has one, the lowest id among equally frequent ones; -1 if none has."""
+    that has one, the lowest id among equally frequent ones; -1 if none has. `known` holds the
+    answers of the ranges of KNOWN_FROM occurrences or more, by range."""
     ranges = _ranges(stream, order, context)
     for n in range(len(ranges), min_ngram - 1, -1):
-        following = np.sort(_following(stream, order, ranges[n - 1, 0], ranges[n - 1, 1]))
-        best, best_count, run = -1, 0, 0
-        for i in range(len(following)):
-            run = run + 1 if i > 0 and following[i] == following[i - 1] else 1
-            if run > best_count:
-                best, best_count = following[i], run
-        if best_count:
+        lo, hi = ranges[n - 1, 0], ranges[n - 1, 1]
+        if hi - lo < KNOWN_FROM:
+            best = _top(stream, order, lo, hi)
+        else:
+            key = lo * (len(order) + 1) + hi
+            best = known.get(key, -2)
+            if best == -2:
+                best = _top(stream, order, lo, hi)
+                known[key] = best
+        if best >= 0:
             return best
     return -1
 
 
 @njit(cache=True)
 def _most_frequent_each(stream: np.ndarray, order: np.ndarray, text: np.ndarray, ends: np.ndarray,
-                        min_ngram: int, max_ngram: int) -> np.ndarray:
+                        min_ngram: int, max_ngram: int, known) -> np.ndarray:
     """_most_frequent after text[:end] (its last max_ngram tokens) for each end: a round's lookups in one call."""
     out = np.empty(len(ends), np.int64)
     for i in range(len(ends)):
-        out[i] = _most_frequent(stream, order, text[max(0, ends[i] - max_ngram):ends[i]], min_ngram)
+        out[i] = _most_frequent(stream, order, text[max(0, ends[i] - max_ngram):ends[i]], min_ngram, known)
     return out
 
 
@@ -130,6 +152,10 @@ class Datastore:
         self.stream = stream  # int32, reversed documents between separators
         self.order = order  # suffix array of `stream`, sorted on `depth` tokens
         self.depth = depth
+        # frequent contexts' most frequent continuations, by suffix-array range (_most_frequent); at
+        # most one per KNOWN_FROM suffixes and context length. The compiled lookups hold the GIL, so
+        # threads never write it at once
+        self.known = Dict.empty(key_type=types.int64, value_type=types.int64)
 
     @classmethod
     def build(cls, documents: Iterable[Sequence[int]], depth: int = 16) -> "Datastore":
@@ -167,14 +193,14 @@ class Datastore:
 
     def most_frequent(self, context: Sequence[int], min_ngram: int, max_ngram: int) -> int | None:
         """The most frequent of `continuations`, the lowest id among equally frequent ones (None: none)."""
-        token = _most_frequent(self.stream, self.order, self._context(context, max_ngram), min_ngram)
+        token = _most_frequent(self.stream, self.order, self._context(context, max_ngram), min_ngram, self.known)
         return None if token < 0 else int(token)
 
     def most_frequent_each(self, text: Sequence[int], ends: Sequence[int], min_ngram: int, max_ngram: int) -> list[int | None]:
         """`most_frequent` after text[:end] for each end, in one compiled call."""
         assert max_ngram <= self.depth, f"the store is sorted on {self.depth} tokens, not {max_ngram}"
         found = _most_frequent_each(self.stream, self.order, np.asarray(text, dtype=self.stream.dtype),
-                                    np.asarray(ends, dtype=np.int64), min_ngram, max_ngram)
+                                    np.asarray(ends, dtype=np.int64), min_ngram, max_ngram, self.known)
         return [None if token < 0 else int(token) for token in found]
 
     def _context(self, context: Sequence[int], max_ngram: int) -> np.ndarray:
@@ -276,6 +302,12 @@ class DatastoreDrafter:
             history.tokens.append(token)
             history.known = False
         return Observation(probs, awake)
+
+    def extend(self, request_id: str, tokens: list[int]) -> None:
+        """Committed tokens taken into the history without proposing at them (no lookups until the next proposal)."""
+        history = self.requests[request_id]
+        history.tokens.extend(tokens)
+        history.known = False
 
     def release(self, request_id: str) -> None:
         self.requests.pop(request_id, None)

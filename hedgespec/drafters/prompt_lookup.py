@@ -83,5 +83,11 @@ class PromptLookupDrafter:
         tokens = np.array(proposals)
         return Observation(None, tokens >= 0, tokens)
 
+    def extend(self, request_id: str, tokens: list[int]) -> None:
+        """Committed tokens taken into the history without proposing at them (no scores)."""
+        history = self.requests[request_id]
+        for token in tokens:
+            self._append(history.tokens, history.follows, token)
+
     def release(self, request_id: str) -> None:
         self.requests.pop(request_id, None)

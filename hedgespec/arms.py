@@ -76,7 +76,8 @@ class StepCosts:
 
     def __init__(self):
         self.sums = np.zeros(5)  # weighted sums of 1, tokens, seconds, tokens^2, tokens * seconds
-        self.fitted: tuple[float, float] | None = None  # `line` until the next step is recorded (every request of a step is priced with it)
+        # `line` until the next step is recorded: every request of a step is priced with it
+        self.fitted: tuple[float, float] | None = None
 
     def record(self, tokens: int, seconds: float) -> None:
         """One step. A step stalled by another process on the cores (one in ten took twice the median

@@ -111,14 +111,14 @@ WORKER = "hedgespec-scoring"  # the worker thread's name prefix
 @dataclass
 class _Round:
     verified: Verified
-    columns: list  # per drafter: (gamma, ratio, awake) once it has observed the round
+    columns: list  # per drafter: (gamma, ratio, awake) once it has observed the round (scored drafter by drafter)
     ready: np.ndarray  # per drafter: whether it had a proposal right after observing the round
     future: Future = field(default_factory=Future)
     remaining: int = 0
 
-    def complete(self) -> None:
-        """Every drafter's column is in: the round's scores to the loop."""
-        self.future.set_result(Scores.of_columns(self.columns))
+    def complete(self, scores: Scores) -> None:
+        """Every drafter has scored the round: its scores to the loop."""
+        self.future.set_result(scores)
         self.verified = None  # the round's distributions are no longer needed
 
 
@@ -224,8 +224,7 @@ class LocalPool:
             scored.future.set_exception(error)
             return
         request.done = [len(request.rounds)] * len(self.drafters)
-        scored.verified = None  # the round's distributions are no longer needed
-        scored.future.set_result(scores)
+        scored.complete(scores)
         with self.counting:
             self.scoring_seconds["critical"] += time.perf_counter() - start
 
@@ -269,7 +268,7 @@ class LocalPool:
                     scored.remaining -= 1
                     complete = scored.remaining == 0 and not scored.future.done()
                 if complete:
-                    scored.complete()
+                    scored.complete(Scores.of_columns(scored.columns))
 
     def release(self, request_id):
         request = self.requests.get(request_id)

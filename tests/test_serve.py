@@ -78,7 +78,10 @@ def test_openai_client_chat_and_streaming(openai_client, reference):
 
 
 def test_sampling_with_a_seed_is_reproducible(openai_client):
-    kwargs = dict(model=MODEL, prompt=PROMPTS[0], max_tokens=24, temperature=0.9, top_p=0.9, seed=5)
+    # the MAT objective, what the README promises reproducible: the time objective (the config's) learns
+    # from measured times, so its choices, and with them the random draws a text uses, may differ
+    kwargs = dict(model=MODEL, prompt=PROMPTS[0], max_tokens=24, temperature=0.9, top_p=0.9, seed=5,
+                  extra_body={"speculation": {"objective": "eal"}})
     assert openai_client.completions.create(**kwargs).choices[0].text == \
         openai_client.completions.create(**kwargs).choices[0].text
 

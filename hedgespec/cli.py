@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     proposer.add_argument("--batches", default="1,4,8,16", help="comma-separated batch sizes")
     proposer.add_argument("--step-ms", type=float, default=30.0, help="a simulated step's fixed part")
     proposer.add_argument("--token-ms", type=float, default=2.0, help="a simulated step's part per token it verifies")
+    proposer.add_argument("--modes", help="comma-separated load-gate modes (all, repeating, none), each played in every "
+                                          "batched step, one row per mode and batch size (default: the gate decides)")
     proposer.add_argument("--seed", type=int, default=0)
     proposer.add_argument("--json", help="also write the results to this JSON file")
     proposer.set_defaults(run=_bench_proposer)
@@ -207,7 +209,8 @@ def _bench_ties(args) -> int:
 def _bench_proposer(args) -> int:
     from hedgespec.bench import proposer
     result = proposer.main(load_config(args.config), _prompts(args.prompts, None, args.mixed, args.seed), args.max_tokens,
-                           [int(b) for b in args.batches.split(",")], args.step_ms / 1e3, args.token_ms / 1e3)
+                           [int(b) for b in args.batches.split(",")], args.step_ms / 1e3, args.token_ms / 1e3,
+                           args.modes.split(",") if args.modes else [None])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

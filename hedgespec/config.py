@@ -23,8 +23,10 @@ class VLLMConfig(Strict):
     speculation: Literal["hedgespec", "ngram", "none"] = Field(
         "hedgespec", description="hedgespec: the pool and the learner draft inside vLLM's steps (hedgespec.vllm_proposer); "
                                  "ngram: vLLM's own n-gram speculation; none: plain decoding (the two baselines)")
-    ngram_max: int = Field(3, ge=1, le=16, description="speculation ngram: vLLM's prompt_lookup_max")
-    ngram_min: int = Field(2, ge=1, le=16, description="speculation ngram: vLLM's prompt_lookup_min")
+    ngram_max: int = Field(3, ge=1, le=16, description="vLLM's prompt_lookup_max (speculation ngram); "
+                                                         "the load gate's copy steps (speculation hedgespec)")
+    ngram_min: int = Field(2, ge=1, le=16, description="vLLM's prompt_lookup_min (speculation ngram); "
+                                                         "the load gate's copy steps (speculation hedgespec)")
     enforce_eager: bool = Field(False, description="skip torch.compile: starts in ~40 s instead of 2.5-4.5 min on "
                                                    "2 CPU cores, and decodes slower (tests use it)")
     kv_cache_gib: float = Field(1.0, gt=0, description="CPU: VLLM_CPU_KVCACHE_SPACE; GPU: ignored (vLLM sizes it)")

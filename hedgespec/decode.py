@@ -172,8 +172,8 @@ class Speculation:
         return self.pool.names[self.drafter] if self.drafter is not None else None
 
     def catch_up(self, tokens: list[int]) -> None:
-        """Tokens committed while no round was played (the vLLM proposer's load gate held speculation
-        back for some steps): every drafter observes them and is scored on them, as on rounds
+        """Tokens committed while no round was played (the vLLM proposer's load gate played steps
+        without rounds): every drafter observes them and is scored on them, as on rounds
         without a draft (of at most K + 1 tokens, as any round) that price no arm."""
         self.chosen = self.drafter = None
         k = self.learning.k

@@ -190,8 +190,8 @@ class LocalPool:
 
     def extend(self, request_id: str, tokens: list[int]) -> None:
         """Committed tokens that no round scores: every drafter takes them into its history, as after
-        its prompt (the vLLM proposer's steps held back from speculating, whose scoring cost more
-        than the steps). Drafters that read token ids only (prompt lookup, datastores) can. The
+        its prompt (the vLLM proposer's steps without rounds, whose scoring cost more than the
+        steps). Drafters that read token ids only (prompt lookup, datastores) can. The
         rounds handed over before are scored first; the flags offered next are those after `tokens`."""
         request = self.requests[request_id]
         for index, drafter in enumerate(self.drafters):

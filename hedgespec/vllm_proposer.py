@@ -20,13 +20,15 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
   (arms.StepCosts, over decode steps), and an arm drafting k is priced, at the current batch size,
   as the fixed part's share and its k + 1 tokens' compute: under load, when many requests share
   the fixed part, the time objective prices long drafts, and speculation itself, as they then cost.
-- The load gate (hedgespec.load_gate) decides before the learners whether the next step of a
-  batch of two or more speculates at all, from the wall-clock tokens per second that steps with and
-  without speculation measured at this load (what the line misses: vLLM's spec-decode bookkeeping,
-  the other requests' proposer work; a request alone pays neither). A step it holds back costs the
-  proposer next to nothing then: the requests' committed tokens wait for the next round that is
-  played. Every drafter is scored on the last K + 1 of them; the drafters take the rest into their
-  histories without scoring them (far cheaper), and the learner does without those positions' scores.
+- The load gate (hedgespec.load_gate) decides before the learners how the next step of a batch of
+  two or more speculates: every request plays its round (ALL), every request drafts a copy of its
+  own text where its last n-gram occurred before, with no round (COPY: vLLM's n-gram rule, for
+  microseconds), or none drafts (NONE), from the wall-clock tokens per second that steps of each
+  mode measured at this load (what the line misses: vLLM's spec-decode bookkeeping, the other
+  requests' proposer work; a request alone pays neither). A request that plays no round costs the
+  proposer next to nothing: its committed tokens wait for the next round it plays. Every drafter is
+  scored on the last K + 1 of them; the drafters take the rest into their histories without scoring
+  them (far cheaper), and the learner does without those positions' scores.
 
 vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
 calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's
@@ -45,10 +47,11 @@ from hedgespec.calibration import DepthCalibration
 from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.decode import Request, Round, Speculation, through_eos
 from hedgespec.drafters import build_drafters
+from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
 from hedgespec.engine import build_selector, delayed_losses
 from hedgespec.interfaces import Verified
 from hedgespec.learners.priors import Learned, WarmStarts
-from hedgespec.load_gate import LoadGate
+from hedgespec.load_gate import ALL, COPY, NONE, LoadGate
 from hedgespec.models import loading
 from hedgespec.pool import LocalPool
 from hedgespec.sampling import Sampling
@@ -69,7 +72,7 @@ class _Live:
     draft: tuple[int, ...] = ()  # what the last step verified
     draft_seconds: float = 0.0
     budget: int = 0  # the most tokens the next step may draft
-    gated: bool = False  # the gate held the last step back from speculating: no round was played for it
+    gated: bool = False  # the last step played no round for it (the gate's COPY or NONE)
     unplayed: list[int] = field(default_factory=list)  # committed since the last round played, not yet scored
     rounds: list[Round] = field(default_factory=list)  # what the response reports (decode.Generation.stats)
 
@@ -105,6 +108,10 @@ class HedgeSpecProposer:
         self.runner = None
         self.returned_at: float | None = None  # when the last drafts went back to vLLM
         self.gate = LoadGate()
+        # COPY steps' drafter, fed every committed token (the pool's drafters take them in only when a
+        # round is played); vLLM's n-gram settings, so that COPY drafts what that baseline would
+        settings = target.vllm
+        self.copier = PromptLookupDrafter(COPY, vocab, settings.ngram_max, settings.ngram_min)
         self.drafting_s: float | None = None  # the last step's drafting time (None: the gate did not decide the step)
 
     def load_model(self, target_model) -> None:
@@ -148,8 +155,8 @@ class HedgeSpecProposer:
         # a request alone is priced in full by its own learner (the step's line is its own verify
         # curve, the proposer's work its own round's): the gate decides where requests share steps
         gated = self.batch > 1
-        speculate = self.gate.speculate(load_of(self.batch)) if gated else True
-        drafts = [self._draft(request_id, speculate) if ok else self._no_draft(request_id)
+        mode = self.gate.mode(load_of(self.batch)) if gated else ALL
+        drafts = [self._draft(request_id, mode) if ok else self._no_draft(request_id)
                   for request_id, ok in zip(batch, learned)]
         self.returned_at = self.clock()
         self.drafting_s = self.returned_at - committed_at if gated else None
@@ -174,9 +181,11 @@ class HedgeSpecProposer:
         if len(verified.tokens) > live.max_tokens - live.generated:  # vLLM keeps none beyond max_tokens
             verified = verified.first(live.max_tokens - live.generated)
         live.generated += len(verified.tokens)
+        self.copier.extend(request_id, verified.tokens)
         if live.gated:  # no round was played for this step: its tokens wait for the next one that is
             live.unplayed += verified.tokens
-            live.rounds.append(Round(None, 0, 0, len(verified.tokens), step_share or 0.0, 0.0, step_share or 0.0))
+            live.rounds.append(Round(COPY if verified.drafted else None, verified.drafted, verified.accepted,
+                                     len(verified.tokens), step_share or 0.0, live.draft_seconds, step_share or 0.0))
         else:
             seconds = None if step_share is None else step_share + live.draft_seconds + self.clock() - start
             drafter = live.speculation.commit(verified, seconds)
@@ -188,13 +197,18 @@ class HedgeSpecProposer:
             return False
         return True
 
-    def _draft(self, request_id: str, speculate: bool) -> list[int]:
-        """The request's draft for the next step: the learner's arm's, or none when the gate holds
-        the step back from speculating."""
+    def _draft(self, request_id: str, mode: str) -> list[int]:
+        """The request's draft for the next step: the learner's arm's (ALL), a copy of its text (COPY),
+        or none (NONE)."""
         live = self.live[request_id]
-        if not speculate:
+        if mode != ALL:
             live.gated = True
-            return self._no_draft(request_id)
+            if mode == NONE or live.budget <= 0:
+                return self._no_draft(request_id)
+            start = self.clock()
+            live.draft = tuple(self.copier.propose(request_id, live.budget).tokens)
+            live.draft_seconds = self.clock() - start
+            return list(live.draft)
         if live.unplayed:
             self._catch_up(request_id, live)
         live.gated = False
@@ -217,7 +231,7 @@ class HedgeSpecProposer:
         live.unplayed = []
 
     def _no_draft(self, request_id: str) -> list[int]:
-        """A request that goes on without a draft (the gate held the step back, or the step committed
+        """A request that goes on without a draft (the gate held it back, or the step committed
         nothing to it): the next step verifies none of its tokens, and its next round must not count
         the last draft again."""
         live = self.live.get(request_id)
@@ -245,6 +259,7 @@ class HedgeSpecProposer:
         text = self.tokenizer.decode(prompt) if selector_config.name == "router" else ""
         # the drafters draft point masses (vLLM verifies them as such), so they run greedy
         speculation.begin(Request(prompt, params.max_tokens, Sampling(), seed, (), text, request_id), NO_HIDDEN)
+        self.copier.begin(request_id, prompt, NO_HIDDEN, Sampling(), seed)
         live = _Live(speculation, k, params.max_tokens or self.max_model_len, bool(params.ignore_eos))
         self.live[request_id] = live
         return live
@@ -259,6 +274,7 @@ class HedgeSpecProposer:
                 live.speculation.finish()
             finally:
                 self.pool.release(request_id)
+                self.copier.release(request_id)
 
     def release(self, request_ids: list[str]) -> dict[str, list[tuple]]:
         """Ends the named requests (vLLM's own ids carry a suffix after the caller's: "<id>-<8 chars>")
@@ -274,8 +290,7 @@ class HedgeSpecProposer:
 
     def costs_snapshot(self) -> dict:
         """What the time objective prices arms with now: the fitted step, the batch it was last shared
-        by, and the round costs (ms); and the gate's tokens per second per load, with and without
-        speculation."""
+        by, and the round costs (ms); and the gate's tokens per second per load and mode."""
         fixed, per_token = self.steps.line()
         rounds = self.costs.snapshot()
         return {"step_ms": {"fixed": 1e3 * fixed, "per_token": 1e3 * per_token}, "batch": self.batch,
@@ -285,7 +300,7 @@ class HedgeSpecProposer:
     @property
     def active(self) -> int:
         """Requests holding state here (drafters', learners', rounds not yet collected): 0 when idle."""
-        return len(self.live) + len(self.finished) + self.pool.active
+        return len(self.live) + len(self.finished) + self.pool.active + len(self.copier.requests)
 
 
 class ProposerControl:

@@ -11,6 +11,7 @@ from hedgespec import vllm_proposer
 from hedgespec.arms import StepCosts
 from hedgespec.bench.proposer import StandInRunner, verify_greedy
 from hedgespec.config import EngineConfig, SelectorConfig
+from hedgespec.load_gate import ALL, COPY, NONE
 from hedgespec.models import loading
 from hedgespec.vllm_engine import PROPOSER_ENV
 
@@ -250,7 +251,7 @@ def test_steps_the_gate_holds_back_are_caught_up_at_the_next_round_played(propos
     # seven steps held back in a row: more tokens than a round holds (K + 1) wait for the next round
     played = [True, False, False, True, False, True, True] + [False] * 7 + [True, True]
     schedule = iter(played + [True] * 20)
-    monkeypatch.setattr(proposer.gate, "speculate", lambda load: next(schedule))
+    monkeypatch.setattr(proposer.gate, "mode", lambda load: ALL if next(schedule) else NONE)
     truth = PERIOD * 40
     runner.add("a", max_tokens=60)
     runner.add("b", max_tokens=60)  # the gate decides for batches of two or more
@@ -273,7 +274,7 @@ def test_a_long_stretch_held_back_is_not_scored_and_the_drafters_keep_up(propose
     held = 40
     played = [True, True] + [False] * held + [True] * 4
     schedule = iter(played + [True] * 20)
-    monkeypatch.setattr(proposer.gate, "speculate", lambda load: next(schedule))
+    monkeypatch.setattr(proposer.gate, "mode", lambda load: ALL if next(schedule) else NONE)
     truth = PERIOD * 60
     runner.add("a", max_tokens=200)
     runner.add("b", max_tokens=200)
@@ -294,10 +295,45 @@ def test_a_long_stretch_held_back_is_not_scored_and_the_drafters_keep_up(propose
 def test_a_request_alone_is_not_gated(proposer, monkeypatch):
     """Alone, a request's learner prices its whole step (no shared part): the gate is not asked."""
     proposer, runner, clock = proposer
-    monkeypatch.setattr(proposer.gate, "speculate", lambda load: False)
+    monkeypatch.setattr(proposer.gate, "mode", lambda load: NONE)
     runner.add("a", max_tokens=60)
     drafts, _ = drive(proposer, runner, clock, {"a": PERIOD * 40}, prompt_len=9, steps=6)
     assert all(drafts["a"])
+
+
+def test_copy_steps_draft_each_text_s_own_repeats_without_rounds_and_the_next_round_catches_up(proposer, monkeypatch):
+    """In COPY steps no round is played (the learners are not asked); a request drafts what followed
+    the latest earlier occurrence of its text's last n-gram (vLLM's n-gram settings, min 2 tokens):
+    a periodic text drafts every step, one whose first 30 tokens are distinct drafts nothing until
+    its text starts over. Back in ALL steps the rounds resume on the whole text; the rounds report
+    the copies and account for every token."""
+    proposer, runner, clock = proposer
+    schedule = iter([COPY] * 30 + [ALL] * 10)
+    monkeypatch.setattr(proposer.gate, "mode", lambda load: next(schedule))
+    asked = []
+    original = vllm_proposer.Speculation.draft
+    monkeypatch.setattr(vllm_proposer.Speculation, "draft",
+                        lambda speculation, budget: asked.append(speculation.request_id) or original(speculation, budget))
+    fresh = list(range(8, 38))  # 30 distinct tokens, then the same 30 again
+    texts = {"copy": PERIOD * 100, "fresh": fresh * 5}
+    for request_id in texts:  # both stay in the batch for the 40 steps: a request alone is not gated
+        runner.add(request_id, max_tokens=250)
+    drafts, histories = drive(proposer, runner, clock, texts, prompt_len=9, steps=40)
+    assert asked.count("copy") == asked.count("fresh") == 10  # the ALL steps' rounds only
+    assert all(drafts["copy"])
+    drafted_at, position = [], 10
+    for draft in drafts["fresh"]:
+        assert draft == texts["fresh"][position:position + len(draft)]  # every draft is the text's continuation
+        drafted_at.append(position)
+        position += len(draft) + 1
+    first = next(i for i, d in enumerate(drafts["fresh"]) if d)
+    assert drafted_at[first] == 30 + proposer.config.target.vllm.ngram_min and all(drafts["fresh"][first:])
+    for request_id in texts:
+        rounds = proposer.release([request_id])[request_id]
+        assert sum(r[3] for r in rounds) == len(histories[request_id]) - 9 - (len(drafts[request_id][-1]) + 1)
+        copied = [r for r in rounds[1:31] if r[1]]  # the rounds of the steps that verified COPY's drafts
+        assert copied and all(r[0] == COPY and r[2] == r[1] for r in copied)
+    assert proposer.active == 0
 
 
 @pytest.mark.parametrize("regime", ["fixed", "compute"])

@@ -96,5 +96,5 @@ def main(config: EngineConfig, prompts: list[str], kinds: list[str], levels: lis
                   f"{result['vs_baseline'][kind][n]:.2f}x |")
     for kind, costs in result["step_costs"].items():
         if costs:
-            print(f"{kind}: the load gate's tokens/s per load, speculating vs plain: {costs.get('gate_tokens_per_s')}")
+            print(f"{kind}: the load gate's tokens/s per load and mode: {costs.get('gate_tokens_per_s')}")
     return result

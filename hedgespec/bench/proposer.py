@@ -8,9 +8,10 @@ verification commits (the draft's longest
 prefix that the text goes on with, and one token more, as vLLM's rejection sampler does) and times
 the proposer's call. The step itself is simulated on the proposer's clock, fixed + per token, so
 that the time objective prices its arms as in an engine (defaults: about a compiled step of
-SmolLM2 on 2 cores, batched; `hedgespec bench load` measures the real thing). Per batch size: the
-proposer's own milliseconds per step and per request-step, and the tokens committed per step and
-request (what the steps' drafts bought)."""
+SmolLM2 on 2 cores, batched; `hedgespec bench load` measures the real thing). Per batch size (and
+load-gate mode, where --modes holds every batched step in one): the proposer's own milliseconds per
+step and per request-step, the tokens committed per step and request (what the steps' drafts
+bought), and the tokens per second of the simulated steps plus the proposer's own time."""
 import os
 import time
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ import numpy as np
 
 from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.engine import Engine
+from hedgespec.load_gate import LoadGate
 from hedgespec.models import loading
 from hedgespec.vllm_engine import PROPOSER_ENV, speculation_args
 
@@ -86,11 +88,13 @@ def greedy_texts(config: EngineConfig, prompts: list[str], max_tokens: int) -> l
 
 
 def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]], batch: int, max_tokens: int,
-                   step_fixed_s: float, step_token_s: float) -> dict:
+                   step_fixed_s: float, step_token_s: float, mode: str | None = None) -> dict:
     """`batch` requests in every step, as under continuous batching: one that ends is replaced by
-    the next text (cycling), until max(len(texts), 2 * batch) have run."""
+    the next text (cycling), until max(len(texts), 2 * batch) have run. `mode`: the load gate's mode
+    played in every batched step (None: the gate decides)."""
     clock = StepClock()
     proposer, runner = proposer_for(config, clock), StandInRunner()
+    proposer.gate = LoadGate(fixed=mode)
     runner.attach(proposer)
     waiting = [texts[i % len(texts)] for i in range(max(len(texts), 2 * batch))]
     prompts, full, history, sampled = {}, {}, {}, {}
@@ -125,16 +129,17 @@ def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]
             history[r] += sampled[r]
             verified += len(draft) + 1
         clock.simulated += step_fixed_s + step_token_s * verified
-    return {"batch": batch, "mean_batch": request_steps / steps, "steps": steps,
+    return {"batch": batch, "mode": mode or "gate", "mean_batch": request_steps / steps, "steps": steps,
             "proposer_ms_per_step": 1e3 * own / steps, "proposer_ms_per_request_step": 1e3 * own / request_steps,
-            "tokens_per_step_and_request": committed / rounds}
+            "tokens_per_step_and_request": committed / rounds, "tokens_per_s": committed / (clock.simulated + own)}
 
 
 def run(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list[int], step_fixed_s: float,
-        step_token_s: float) -> dict:
+        step_token_s: float, modes: list[str | None]) -> dict:
     texts = greedy_texts(config, prompts, max_tokens)
     one_batch_size(config, texts[:1], 1, 16, step_fixed_s, step_token_s)  # warm-up: the compiled lookups load
-    rows = [one_batch_size(config, texts, batch, max_tokens, step_fixed_s, step_token_s) for batch in batches]
+    rows = [one_batch_size(config, texts, batch, max_tokens, step_fixed_s, step_token_s, mode)
+            for batch in batches for mode in modes]
     return {"target": config.target.model, "dtype": loading.resolve_dtype(config.target.dtype, config.target.device),
             "drafters": [d.name for d in config.drafters], "k": config.k, "selector": config.selector.model_dump(),
             "prompts": len(prompts), "max_tokens": max_tokens, "step_fixed_s": step_fixed_s,
@@ -142,15 +147,16 @@ def run(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list
 
 
 def main(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list[int], step_fixed_s: float,
-         step_token_s: float) -> dict:
-    result = run(config, prompts, max_tokens, batches, step_fixed_s, step_token_s)
+         step_token_s: float, modes: list[str | None]) -> dict:
+    result = run(config, prompts, max_tokens, batches, step_fixed_s, step_token_s, modes)
     print(f"the vLLM backend's proposer, {len(result['drafters'])} drafters, K={result['k']}, "
           f"{result['selector']['name']} ({result['selector']['loss']}); {len(prompts)} prompts, greedy texts of "
           f"{result['target']} ({result['dtype']}) up to {max_tokens} tokens; steps simulated as "
           f"{1e3 * step_fixed_s:.0f} ms + {1e3 * step_token_s:.1f} ms per token")
-    print("| batch | mean batch | steps | proposer ms per step | per request-step | tokens per step and request |")
-    print("|---|---|---|---|---|---|")
+    print("| batch | gate mode | mean batch | steps | proposer ms per step | per request-step | tokens per step and request "
+          "| tokens/s (simulated steps) |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in result["rows"]:
-        print(f"| {row['batch']} | {row['mean_batch']:.1f} | {row['steps']} | {row['proposer_ms_per_step']:.2f} | "
-              f"{row['proposer_ms_per_request_step']:.3f} | {row['tokens_per_step_and_request']:.3f} |")
+        print(f"| {row['batch']} | {row['mode']} | {row['mean_batch']:.1f} | {row['steps']} | {row['proposer_ms_per_step']:.2f} | "
+              f"{row['proposer_ms_per_request_step']:.3f} | {row['tokens_per_step_and_request']:.3f} | {row['tokens_per_s']:.0f} |")
     return result

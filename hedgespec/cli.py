@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     proposer.add_argument("--batches", default="1,4,8,16", help="comma-separated batch sizes")
     proposer.add_argument("--step-ms", type=float, default=30.0, help="a simulated step's fixed part")
     proposer.add_argument("--token-ms", type=float, default=2.0, help="a simulated step's part per token it verifies")
-    proposer.add_argument("--modes", help="comma-separated load-gate modes (all, repeating, none), each played in every "
+    proposer.add_argument("--modes", type=_gate_modes, help="comma-separated load-gate modes (all, copy, none), each played in every "
                                           "batched step, one row per mode and batch size (default: the gate decides)")
     proposer.add_argument("--seed", type=int, default=0)
     proposer.add_argument("--json", help="also write the results to this JSON file")
@@ -206,11 +206,20 @@ def _bench_ties(args) -> int:
     return ties.main(Engine(config), prompts, args.max_tokens)
 
 
+def _gate_modes(value: str) -> list[str]:
+    from hedgespec.load_gate import MODES
+    modes = value.split(",")
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown load-gate mode(s) {', '.join(unknown)}: choose from {', '.join(MODES)}")
+    return modes
+
+
 def _bench_proposer(args) -> int:
     from hedgespec.bench import proposer
     result = proposer.main(load_config(args.config), _prompts(args.prompts, None, args.mixed, args.seed), args.max_tokens,
                            [int(b) for b in args.batches.split(",")], args.step_ms / 1e3, args.token_ms / 1e3,
-                           args.modes.split(",") if args.modes else [None])
+                           args.modes or [None])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

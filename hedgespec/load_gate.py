@@ -3,9 +3,9 @@
 At a batch of one a step's cost is mostly fixed (the weights are read once for all its tokens), so
 accepted drafts come nearly free. As the batch grows the step turns compute-bound: a draft token
 costs about what a decoded one does, and the proposer's own work for every request is paid however
-little is accepted. On the 2-core CPU of the README's figures, at 16 concurrent clients the
-learners' rounds cost more than their drafts bought (0.90x plain vLLM), while vLLM's own n-gram
-speculation, whose drafts cost microseconds, still gained (1.04x). The per-request learners price
+little is accepted. On the 2-core CPU of the README's figures (the app run of commit b6ecf70), at
+16 concurrent clients the learners' rounds cost more than their drafts bought (0.90x plain vLLM),
+while vLLM's own n-gram speculation, whose drafts cost microseconds, still gained (1.04x). The per-request learners price
 their arms with StepCosts' fitted line, which sees neither vLLM's spec-decode bookkeeping nor the
 proposer's share of the cores; rather than model those, the gate measures what they add up to.
 

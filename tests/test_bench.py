@@ -233,3 +233,16 @@ def test_bench_engines_runs_every_kind_in_turn_and_counts_every_request(monkeypa
     for kind in ("none", "hedgespec"):
         assert all(len(rates) == 2 and min(rates) > 0 for rates in result["tokens_per_s_repeats"][kind].values())
     assert all(ratio == 1.0 for ratio in result["vs_baseline"]["none"].values())
+
+
+def test_bench_proposer_holds_the_modes_it_is_given_and_refuses_an_unknown_one(monkeypatch, capsys):
+    from hedgespec.bench import proposer
+    from hedgespec.cli import main
+    seen = []
+    monkeypatch.setattr(proposer, "main", lambda *args: seen.append(args[-1]) or {})
+    common = ["bench", "proposer", "--config", "configs/tiny.yaml", "--prompts", "benchmarks/prompts/edits.jsonl"]
+    assert main(common) == 0 and main(common + ["--modes", "copy,none"]) == 0
+    assert seen == [[None], ["copy", "none"]]  # None: the gate decides
+    with pytest.raises(SystemExit) as exit_:
+        main(common + ["--modes", "all,sometimes"])
+    assert exit_.value.code == 2 and "unknown load-gate mode(s) sometimes" in capsys.readouterr().err

@@ -54,7 +54,6 @@ class LoadGate:
         self.sums: dict[tuple[str, str], np.ndarray] = {}  # (load, mode): decayed [tokens, seconds]
         self.measured: Counter = Counter()  # (load, mode): steps recorded
         self.blocks: Counter = Counter()  # per load: blocks begun
-        self.explored: Counter = Counter()  # per load: exploring blocks begun
         self.playing: dict[str, tuple[str, int]] = {}  # per load: the block's mode and its steps left
         self.decided: deque[str] = deque(maxlen=self.SETTLE + 1)  # the latest modes played, any load
         self.load: str | None = None  # the load of the latest decision
@@ -78,9 +77,8 @@ class LoadGate:
         preferred = max(MODES, key=lambda mode: self.rate(load, mode) or 0.0)
         if self.blocks[load] % self.EXPLORE_EVERY:
             return preferred
-        self.explored[load] += 1
         others = [mode for mode in MODES if mode != preferred]
-        return others[self.explored[load] % len(others)]
+        return others[self.blocks[load] // self.EXPLORE_EVERY % len(others)]  # in turn
 
     def record(self, tokens: int, seconds: float) -> None:
         """The step of the latest decision committed `tokens` in `seconds` of wall-clock; not counted

@@ -12,7 +12,8 @@ proposer's share of the cores; rather than model those, the gate measures what t
 A step is played in one of three modes: ALL (every request plays its round: its learner's arm is
 drafted, and the round's tokens score every drafter), COPY (no request plays a round: each one
 drafts what followed the latest earlier occurrence of its text's last n-gram, where there is one,
-as vLLM's own n-gram speculation does), NONE (no request drafts). A round is mostly the proposer's
+as vLLM's own n-gram speculation does, but only as far as its own copies' acceptance pays for the
+compute the tokens add to the step), NONE (no request drafts). A round is mostly the proposer's
 own work (0.31 ms per request and step at a batch of 16, scoring every drafter and feeding the
 learner, against a ~26 ms step; 0.03 ms in copy steps: README, bench proposer --modes), paid
 whether or not the learner then drafts. In

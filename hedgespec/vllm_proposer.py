@@ -23,22 +23,25 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
 - The load gate (hedgespec.load_gate) decides before the learners how the next step of a batch of
   two or more speculates: every request plays its round (ALL), every request drafts a copy of its
   own text where its last n-gram occurred before, with no round (COPY: vLLM's n-gram rule, for
-  microseconds), or none drafts (NONE), from the wall-clock tokens per second that steps of each
-  mode measured at this load (what the line misses: vLLM's spec-decode bookkeeping, the other
-  requests' proposer work; a request alone pays neither). A request that plays no round costs the
-  proposer next to nothing: its committed tokens wait for the next round it plays. Every drafter is
-  scored on the last K + 1 of them; the drafters take the rest into their histories without scoring
-  them (far cheaper), and the learner does without those positions' scores.
+  microseconds, reaching only as far as its tokens' chance of acceptance pays for the compute they
+  add to the step: `_copy_length`), or none drafts (NONE), from the wall-clock tokens per second
+  that steps of each mode measured at this load (what the line misses: vLLM's spec-decode
+  bookkeeping, the other requests' proposer work; a request alone pays neither). A request that
+  plays no round costs the proposer next to nothing: its committed tokens wait for the next round it
+  plays. Every drafter is scored on the last K + 1 of them; the drafters take the rest into their
+  histories without scoring them (far cheaper), and the learner does without those positions'
+  scores.
 
 vLLM hands the proposer no request ids; the worker's model runner has them (found once, when vLLM
 calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds each one's
 SamplingParams, whose `extra_args["hedgespec"]` carries the request's own speculation
 (vllm_engine.speculation_args). This reads vLLM 0.32's runner, pinned in pyproject.toml.
 """
+import math
 import os
 import sys
 import time
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
@@ -59,6 +62,7 @@ from hedgespec.vllm_engine import PROPOSER_ENV
 
 NO_HIDDEN = torch.empty(0, 0)  # these drafters read token ids only
 KEPT = 4096  # finished requests' rounds kept for `release` to collect; beyond, the oldest are dropped
+TOKENS_PER_S_EMA = 0.05  # weight of a step in the running tokens per second: about the last 20 steps
 
 
 @dataclass
@@ -73,6 +77,11 @@ class _Live:
     draft_seconds: float = 0.0
     budget: int = 0  # the most tokens the next step may draft
     gated: bool = False  # the last step played no round for it (the gate's COPY or NONE)
+    # its copies' first tokens accepted and rejected, and their later tokens (given the one before was
+    # accepted): a copy's first token is its gamble; once a text copies, it goes on. Priors of 4 in 5
+    # accepted: optimism, so that a new request tries its copies (one that drafts none learns nothing)
+    copy_first: list[float] = field(default_factory=lambda: [2.0, 0.5])
+    copy_later: list[float] = field(default_factory=lambda: [2.0, 0.5])
     unplayed: list[int] = field(default_factory=list)  # committed since the last round played, not yet scored
     rounds: list[Round] = field(default_factory=list)  # what the response reports (decode.Generation.stats)
 
@@ -113,6 +122,7 @@ class HedgeSpecProposer:
         settings = target.vllm
         self.copier = PromptLookupDrafter(COPY, vocab, settings.ngram_max, settings.ngram_min)
         self.drafting_s: float | None = None  # the last step's drafting time (None: the gate did not decide the step)
+        self.tokens_per_s = 0.0  # committed by the recent decode steps (a running mean): what a draft token must beat
 
     def load_model(self, target_model) -> None:
         """vLLM's model runner calls this; the runner is the caller whose batch names the requests."""
@@ -141,6 +151,8 @@ class HedgeSpecProposer:
         decoding = self.returned_at is not None and all(r in self.live or r in self.plain for r in batch)
         if decoding:
             self.steps.record(sum(scheduled), arrived - self.returned_at)
+            rate = sum(len(s) for s in sampled_token_ids) / max(arrived - self.returned_at, 1e-6)
+            self.tokens_per_s += TOKENS_PER_S_EMA * (rate - self.tokens_per_s) if self.tokens_per_s else rate
         self.batch = len(batch)
         self.costs.reprice()  # the arms' prices follow the batch
         learned = []  # per request: whether the step committed tokens to it that it learned from
@@ -183,6 +195,12 @@ class HedgeSpecProposer:
         live.generated += len(verified.tokens)
         self.copier.extend(request_id, verified.tokens)
         if live.gated:  # no round was played for this step: its tokens wait for the next one that is
+            if live.draft:  # a copy was verified: vLLM committed its accepted tokens and one more
+                accepted = len(committed) - 1
+                live.copy_first[accepted == 0] += 1
+                if accepted:
+                    live.copy_later[0] += accepted - 1
+                    live.copy_later[1] += accepted < len(live.draft)
             live.unplayed += verified.tokens
             live.rounds.append(Round(COPY if verified.drafted else None, verified.drafted, verified.accepted,
                                      len(verified.tokens), step_share or 0.0, live.draft_seconds, step_share or 0.0))
@@ -206,7 +224,7 @@ class HedgeSpecProposer:
             if mode == NONE or live.budget <= 0:
                 return self._no_draft(request_id)
             start = self.clock()
-            live.draft = tuple(self.copier.propose(request_id, live.budget).tokens)
+            live.draft = tuple(self.copier.propose(request_id, self._copy_length(live)).tokens)
             live.draft_seconds = self.clock() - start
             return list(live.draft)
         if live.unplayed:
@@ -215,6 +233,24 @@ class HedgeSpecProposer:
         draft = live.speculation.draft(live.budget)
         live.draft, live.draft_seconds = tuple(draft.tokens), draft.seconds
         return list(draft.tokens)
+
+    def _copy_length(self, live: _Live) -> int:
+        """How far the request's copy should reach. A step's time is the line a + b t over its t
+        tokens, so one more draft token adds b seconds, and pays where the chance that it is
+        accepted beats b times the tokens per second the steps commit now (the rate it would
+        otherwise dilute): nearly always alone, where b is small against a, and only for likely
+        tokens in a compute-bound batch. The i-th token's chance is the request's rate of accepted
+        first tokens times its rate of accepted later ones to the power i - 1."""
+        _, per_token = self.steps.line()
+        threshold = per_token * self.tokens_per_s
+        first, later = (hits / (hits + misses) for hits, misses in (live.copy_first, live.copy_later))
+        if threshold <= 0.0:
+            return live.budget
+        if first < threshold:
+            return 0
+        if later >= 1.0 or later <= 0.0:
+            return live.budget if later >= 1.0 else 1
+        return min(live.budget, 1 + int(math.log(threshold / first) / math.log(later)))
 
     def _catch_up(self, request_id: str, live: _Live) -> None:
         """Before the request's next round, the tokens committed while the gate held it back: the
@@ -285,7 +321,8 @@ class HedgeSpecProposer:
             self._end(request_id)
         self.plain = {r for r in self.plain if caller(r) not in wanted}
         # plain Python values: vLLM's RPC serializes with msgpack, and a numpy scalar kills its output thread
-        return {caller(r): [tuple(v.item() if hasattr(v, "item") else v for v in astuple(x)) for x in self.finished.pop(r)]
+        # (vars: dataclasses.astuple deep-copies every field of every round, at every request's end)
+        return {caller(r): [tuple(v.item() if hasattr(v, "item") else v for v in vars(x).values()) for x in self.finished.pop(r)]
                 for r in list(self.finished) if caller(r) in wanted}
 
     def costs_snapshot(self) -> dict:

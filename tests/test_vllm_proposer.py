@@ -354,3 +354,26 @@ def test_the_gate_stops_speculating_where_steps_are_compute_bound_and_drafts_mis
     later = [len(d) > 0 for request_drafts in drafts.values() for d in request_drafts[48:]]
     share = sum(later) / len(later)
     assert share >= 0.85 if regime == "fixed" else share <= 0.15
+
+
+@pytest.mark.parametrize("regime", ["fixed", "compute"])
+def test_a_copy_reaches_as_far_as_its_tokens_pay_for_the_step_they_lengthen(proposer, monkeypatch, regime):
+    """COPY steps against a stand-in engine. Where a step's time is all fixed part, a draft token
+    costs nothing, and every copy reaches as far as the text's repeat allows. Where each token costs
+    compute (0.05 s a step and 0.01 s a token, two requests: a draft token pays where its chance of
+    acceptance beats about 0.6), a text whose copies always hold still copies K tokens, and one whose
+    copies break every few tokens (its period broken every fourth token) copies less."""
+    proposer, runner, clock = proposer
+    monkeypatch.setattr(proposer.gate, "mode", lambda load: COPY)
+    rng = np.random.default_rng(0)
+    texts = {"periodic": PERIOD * 200, "noisy": [t if i % 4 else int(rng.integers(8, 200)) for i, t in enumerate(PERIOD * 200)]}
+    step_s = (lambda tokens: 0.1) if regime == "fixed" else (lambda tokens: 0.05 + 0.01 * tokens)
+    for request_id in texts:
+        runner.add(request_id, max_tokens=500)
+    drafts, _ = drive(proposer, runner, clock, texts, prompt_len=9, steps=80, step_s=step_s)
+    later = {request_id: [len(d) for d in request_drafts[40:]] for request_id, request_drafts in drafts.items()}
+    assert later["periodic"] == [K] * len(later["periodic"])
+    if regime == "fixed":
+        assert later["noisy"].count(K) >= len(later["noisy"]) // 3  # wherever its repeat holds for K tokens
+    else:
+        assert np.mean(later["noisy"]) <= 1.0

@@ -248,8 +248,7 @@ class HedgeSpecProposer:
             return live.budget
         if first < threshold:
             return 0
-        if later >= 1.0 or later <= 0.0:
-            return live.budget if later >= 1.0 else 1
+        # the priors keep both rates strictly between 0 and 1
         return min(live.budget, 1 + int(math.log(threshold / first) / math.log(later)))
 
     def _catch_up(self, request_id: str, live: _Live) -> None:

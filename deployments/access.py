@@ -1,9 +1,10 @@
 """The door of the HTTP app: the API key and the size of a request body, checked before any route runs.
 
 A pure ASGI middleware, so that streamed responses pass through untouched, and a client that leaves
-reaches the routes as ASGI's http.disconnect, however Serve reports it. Its settings sit in `app.state.door` (set by the Ingress from the typed config): `keys` (empty: open)
-and `max_body_bytes`. Keys are compared in constant time and never logged; a digest of the
-caller's key is handed to the routes in the scope, for the per-key limit.
+reaches the routes as ASGI's http.disconnect, however Serve reports it. Its settings sit in
+`app.state.door` (set by the Ingress from the typed config): `keys` (empty: open) and
+`max_body_bytes`. Keys are compared in constant time and never logged; a digest of the caller's
+key is handed to the routes in the scope, for the per-key limit.
 """
 import hashlib
 import hmac

@@ -235,12 +235,12 @@ class HedgeSpecProposer:
         return list(draft.tokens)
 
     def _copy_length(self, live: _Live) -> int:
-        """How far the request's copy should reach. A step's time is the line a + b t over its t
-        tokens, so one more draft token adds b seconds, and pays where the chance that it is
-        accepted beats b times the tokens per second the steps commit now (the rate it would
-        otherwise dilute): nearly always alone, where b is small against a, and only for likely
-        tokens in a compute-bound batch. The i-th token's chance is the request's rate of accepted
-        first tokens times its rate of accepted later ones to the power i - 1."""
+        """How far the request's copy should reach. A step's time is the line a + b t over its t tokens,
+        so one more draft token adds b seconds, and pays where the chance that it is accepted beats b
+        times the tokens per second the steps commit now (the rate it would otherwise dilute): nearly
+        always in a small batch, where b is small against a, and only for likely tokens in a
+        compute-bound one. The i-th token's chance is the request's rate of accepted first tokens times
+        its rate of accepted later ones to the power i - 1."""
         _, per_token = self.steps.line()
         threshold = per_token * self.tokens_per_s
         first, later = (hits / (hits + misses) for hits, misses in (live.copy_first, live.copy_later))

@@ -361,7 +361,7 @@ def test_a_copy_reaches_as_far_as_its_tokens_pay_for_the_step_they_lengthen(prop
     """COPY steps against a stand-in engine. Where a step's time is all fixed part, a draft token
     costs nothing, and every copy reaches as far as the text's repeat allows. Where each token costs
     compute (0.05 s a step and 0.01 s a token, two requests: a draft token pays where its chance of
-    acceptance beats about 0.6), a text whose copies always hold still copies K tokens, and one whose
+    acceptance beats about 0.55), a text whose copies always hold still copies K tokens, and one whose
     copies break every few tokens (its period broken every fourth token) copies less."""
     proposer, runner, clock = proposer
     monkeypatch.setattr(proposer.gate, "mode", lambda load: COPY)

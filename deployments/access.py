@@ -1,17 +1,14 @@
 """The door of the HTTP app: the API key and the size of a request body, checked before any route runs.
 
-A pure ASGI middleware, so that streamed responses pass through untouched, and a client that leaves
-reaches the routes as ASGI's http.disconnect, however Serve reports it. Its settings sit in
-`app.state.door` (set by the Ingress from the typed config): `keys` (empty: open) and
-`max_body_bytes`. Keys are compared in constant time and never logged; a digest of the caller's
-key is handed to the routes in the scope, for the per-key limit.
+A pure ASGI middleware, so that streamed responses and disconnects pass through untouched. Its
+settings sit in `app.state.door` (set by the Ingress from the typed config): `keys` (empty: open)
+and `max_body_bytes`. Keys are compared in constant time and never logged; a digest of the
+caller's key is handed to the routes in the scope, for the per-key limit.
 """
 import hashlib
 import hmac
 import json
 import os
-
-from ray.exceptions import TaskCancelledError
 
 OPEN_PATHS = {"/health"}
 
@@ -30,7 +27,6 @@ class Door:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        receive = _disconnect_on_cancel(receive)
         door = scope["app"].state.door
         headers = dict(scope["headers"])
         if door["keys"] and scope["path"] not in OPEN_PATHS:
@@ -70,20 +66,6 @@ class Door:
             return {"type": "http.request", "body": body, "more_body": False}
 
         return await self.app(scope, replay, send)
-
-
-def _disconnect_on_cancel(receive):
-    """Ray Serve's `receive`, with a client gone reported as ASGI says: an http.disconnect message.
-    Serve cancels the proxy's task that reads the client's messages when the client leaves, and its
-    `receive` then raises TaskCancelledError (only a KeyError is turned into a disconnect there):
-    raised, it reached the app's error handler as an unhandled error, with a traceback, for every
-    stream a client dropped."""
-    async def until_gone():
-        try:
-            return await receive()
-        except TaskCancelledError:
-            return {"type": "http.disconnect"}
-    return until_gone
 
 
 def _bearer(header: bytes) -> bytes | None:

@@ -3,21 +3,22 @@
 At a batch of one a step's cost is mostly fixed (the weights are read once for all its tokens), so
 accepted drafts come nearly free. As the batch grows the step turns compute-bound: a draft token
 costs about what a decoded one does, and the proposer's own work for every request is paid however
-little is accepted. On the 2-core CPU of the README's figures (the app run of commit b6ecf70), at
-16 concurrent clients the learners' rounds cost more than their drafts bought (0.90x plain vLLM),
-while vLLM's own n-gram speculation, whose drafts cost microseconds, still gained (1.04x). The per-request learners price
-their arms with StepCosts' fitted line, which sees neither vLLM's spec-decode bookkeeping nor the
-proposer's share of the cores; rather than model those, the gate measures what they add up to.
+little is accepted. On the 2-core CPU of the README's figures (the app run of commit b6ecf70), at 16
+concurrent clients the learners' rounds cost more than their drafts bought (0.90x plain vLLM), while
+vLLM's own n-gram speculation, whose drafts cost microseconds, still gained (1.04x). The per-request
+learners price their arms with StepCosts' fitted line, which sees neither vLLM's spec-decode
+bookkeeping nor the proposer's share of the cores; rather than model those, the gate measures what
+they add up to.
 
 A step is played in one of three modes: ALL (every request plays its round: its learner's arm is
 drafted, and the round's tokens score every drafter), COPY (no request plays a round: each one
-drafts what followed the latest earlier occurrence of its text's last n-gram, where there is one,
-as vLLM's own n-gram speculation does, but only as far as its own copies' acceptance pays for the
-compute the tokens add to the step), NONE (no request drafts). A round is mostly the proposer's
-own work (0.31 ms per request and step at a batch of 16, scoring every drafter and feeding the
-learner, against a ~26 ms step; 0.02 ms in copy steps: README, bench proposer --modes), paid
-whether or not the learner then drafts. In
-COPY and NONE steps the requests' tokens wait, unscored, for their next round.
+drafts what followed the latest earlier occurrence of its text's last n-gram, where there is one, as
+vLLM's own n-gram speculation does, but only as far as its own copies' acceptance pays for the
+compute the tokens add to the step), NONE (no request drafts). A round is mostly the proposer's own
+work (0.31 ms per request and step at a batch of 16, scoring every drafter and feeding the learner,
+against a ~26 ms step; 0.02 ms in copy steps: README, bench proposer --modes), paid whether or not
+the learner then drafts. In COPY and NONE steps the requests' tokens wait, unscored, for their next
+round.
 
 Per load (the batch in powers of two, vllm_proposer.load_of) the gate keeps the tokens committed
 per second of wall-clock of the steps of each mode (each step charged its vLLM step and the

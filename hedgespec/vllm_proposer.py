@@ -149,9 +149,10 @@ class HedgeSpecProposer:
         # decode steps only: a prefill's hundreds of tokens would pull the line away from what a
         # round's few cost, and would charge the gate's mode with a prompt
         decoding = self.returned_at is not None and all(r in self.live or r in self.plain for r in batch)
+        committed_total = sum(len(s) for s in sampled_token_ids)
         if decoding:
             self.steps.record(sum(scheduled), arrived - self.returned_at)
-            rate = sum(len(s) for s in sampled_token_ids) / max(arrived - self.returned_at, 1e-6)
+            rate = committed_total / max(arrived - self.returned_at, 1e-6)
             self.tokens_per_s += TOKENS_PER_S_EMA * (rate - self.tokens_per_s) if self.tokens_per_s else rate
         self.batch = len(batch)
         self.costs.reprice()  # the arms' prices follow the batch
@@ -163,7 +164,7 @@ class HedgeSpecProposer:
         committed_at = self.clock()
         if decoding and self.drafting_s is not None:
             # the step's mode is charged what it cost: its drafts, vLLM's step, the work on its results
-            self.gate.record(sum(len(s) for s in sampled_token_ids), self.drafting_s + committed_at - self.returned_at)
+            self.gate.record(committed_total, self.drafting_s + committed_at - self.returned_at)
         # a request alone is priced in full by its own learner (the step's line is its own verify
         # curve, the proposer's work its own round's): the gate decides where requests share steps
         gated = self.batch > 1

@@ -4,7 +4,9 @@ at least once at every N), for several kinds of speculation on the same engine s
 run: on the vLLM backend, vLLM without speculation, vLLM's own n-gram speculation and HedgeSpec
 (target.vllm.speculation); on the HF backend, the target alone and HedgeSpec (the request's
 `speculate`). `pinned` drafters each run alone as well, in HedgeSpec's app (the request's
-`speculation.drafter`): the single-drafter baselines.
+`speculation.drafter`): the single-drafter baselines. `served` kinds (none, ngram) each run in
+vLLM's own OpenAI server too (deployments/vllm_serve.py, the same engine settings, without Ray
+Serve): what a user would run instead of this app.
 
 Every kind's app runs at once, side by side in one Ray instance (each at /<kind>), and the kinds
 take turns, so that a drift of the machine's speed (10-15% between runs of minutes on the 2-core
@@ -31,6 +33,7 @@ import httpx
 
 from deployments.load import CLIENT_TIMEOUT_S, concurrently, percentiles, request
 from deployments.local import local_apps, serve_args
+from deployments.vllm_serve import vllm_servers
 from hedgespec.bench import paired_ratio, rotated
 from hedgespec.config import ServeConfig
 from hedgespec.models.loading import resolve_dtype
@@ -128,19 +131,27 @@ def summary(repeats: list[tuple[list[dict], float]], clients: int) -> dict:
 
 def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
         max_tokens: int, eager: bool = False, single: list[str] | None = None, pinned: list[str] = (),
-        repeats: int = 1) -> dict:
-    """`single`: another prompt set, sent once each by one client after the levels (`repeats` times too)."""
+        repeats: int = 1, served: list[str] = ()) -> dict:
+    """`single`: another prompt set, sent once each by one client after the levels (`repeats` times too).
+    `served`: vLLM's own speculation kinds also run in vLLM's own server (deployments/vllm_serve.py)."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, not {repeats}")
     args = serve_args(config_path)
     apps, sides = plan(args, kinds, list(pinned), eager)
     config = ServeConfig.model_validate(args)
+    if served and config.engine.target.backend != "vllm":
+        raise ValueError("--vllm-serve compares with vLLM's own server: the config's target.backend must be vllm")
+    sides += [Side(f"vllm serve {kind}", f"vllm serve {kind}") for kind in served]
     runs = {side.label: {"levels": [], "single": None} for side in sides}
     started = time.perf_counter()
-    with local_apps(apps, num_cpus=4 * len(apps), timeout_s=1800) as clients:
+    with local_apps(apps, num_cpus=4 * len(apps), timeout_s=1800) as clients, \
+            vllm_servers(config.engine, list(served), config.model_name, eager) as urls:
         startup = time.perf_counter() - started
+        limits = httpx.Limits(max_connections=max(levels) + 4)
         pools = {name: httpx.Client(base_url=client.base_url, timeout=CLIENT_TIMEOUT_S, headers=dict(client.headers),
-                                    limits=httpx.Limits(max_connections=max(levels) + 4)) for name, client in clients.items()}
+                                    limits=limits) for name, client in clients.items()}
+        pools |= {f"vllm serve {kind}": httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S, limits=limits)
+                  for kind, url in urls.items()}
         for n, count in enumerate(levels):
             for side in rotated(sides, n):  # warm-up at this concurrency (vLLM compiles per batch shape on first use)
                 send(pools[side.app], config.model_name, prompts[:count], count, 1, 8, side)
@@ -158,7 +169,7 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
                 runs[label]["levels"].append(summary(batches, count))
             stats = {name: client.get("/stats").json() for name, client in clients.items()}
             for side in sides:  # on vLLM, HedgeSpec's: what its learners price a step with after this level
-                runs[side.label]["levels"][-1]["step_costs"] = stats[side.app].get("step_costs")
+                runs[side.label]["levels"][-1]["step_costs"] = stats.get(side.app, {}).get("step_costs")
         if single:
             timed = {side.label: [] for side in sides}
             for repeat in range(repeats):
@@ -167,8 +178,8 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
             for label, batches in timed.items():
                 runs[label]["single"] = summary(batches, 1)
         stats = {name: client.get("/stats").json() for name, client in clients.items()}
-    for side in sides:
-        runs[side.label]["stats_after"] = stats[side.app]
+    for side in sides:  # vLLM's own servers have no /stats
+        runs[side.label]["stats_after"] = stats.get(side.app)
     measured = lambda run_: run_["levels"] + ([run_["single"]] if run_["single"] else [])  # noqa: E731
     baseline = runs[sides[0].label]
     for run_ in runs.values():
@@ -205,8 +216,8 @@ def plot(result: dict, path: str) -> None:
 
 def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[int], per_client: int,
          max_tokens: int, eager: bool, json_out: str | None, plot_out: str | None, single: list[str] | None = None,
-         pinned: list[str] = (), repeats: int = 1) -> int:
-    result = run(config_path, prompts, kinds, levels, per_client, max_tokens, eager, single, pinned, repeats)
+         pinned: list[str] = (), repeats: int = 1, served: list[str] = ()) -> int:
+    result = run(config_path, prompts, kinds, levels, per_client, max_tokens, eager, single, pinned, repeats, served)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(result, f, indent=2)

@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--single", help="JSON-lines prompts also sent once each by one client (e.g. a chat-style set)")
     load.add_argument("--pinned", default="", help="comma-separated drafters of the pool, each also run alone "
                                                    "(`speculation.drafter`) in the hedgespec kind's app")
+    load.add_argument("--vllm-serve", default="", help="comma-separated kinds of vLLM's own speculation (none, ngram), "
+                                                       "each also run in vLLM's own OpenAI server, the config's engine "
+                                                       "settings: the server a user would run instead")
     load.set_defaults(run=_bench_load)
 
     engines = bench.add_parser("engines", help="the vLLM engines alone in this process (no Ray, no HTTP): tokens/s "
@@ -303,7 +306,7 @@ def _bench_load(args) -> int:
     kinds = args.kinds.split(",") if args.kinds else list(sweep.VLLM_KINDS if backend == "vllm" else sweep.HF_KINDS)
     return sweep.main(args.config, _prompts(args.prompts, None, args.mixed, args.seed), kinds, [int(n) for n in args.clients.split(",")], args.requests,
                       args.max_tokens, args.eager, args.json, args.plot, _prompts(args.single, None) if args.single else None,
-                      [d for d in args.pinned.split(",") if d], args.repeats)
+                      [d for d in args.pinned.split(",") if d], args.repeats, [k for k in args.vllm_serve.split(",") if k])
 
 
 def _bench_engines(args) -> int:

@@ -141,7 +141,8 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
     config = ServeConfig.model_validate(args)
     if served and config.engine.target.backend != "vllm":
         raise ValueError("--vllm-serve compares with vLLM's own server: the config's target.backend must be vllm")
-    sides += [Side(f"vllm serve {kind}", f"vllm serve {kind}") for kind in served]
+    served_sides = {kind: Side(f"vllm serve {kind}", f"vllm serve {kind}") for kind in served}
+    sides += list(served_sides.values())
     runs = {side.label: {"levels": [], "single": None} for side in sides}
     started = time.perf_counter()
     with local_apps(apps, num_cpus=4 * len(apps), timeout_s=1800) as clients, \
@@ -150,7 +151,7 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
         limits = httpx.Limits(max_connections=max(levels) + 4)
         pools = {name: httpx.Client(base_url=client.base_url, timeout=CLIENT_TIMEOUT_S, headers=dict(client.headers),
                                     limits=limits) for name, client in clients.items()}
-        pools |= {f"vllm serve {kind}": httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S, limits=limits)
+        pools |= {served_sides[kind].app: httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S, limits=limits)
                   for kind, url in urls.items()}
         for n, count in enumerate(levels):
             for side in rotated(sides, n):  # warm-up at this concurrency (vLLM compiles per batch shape on first use)

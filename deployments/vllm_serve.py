@@ -56,10 +56,7 @@ def vllm_servers(config: EngineConfig, kinds: list[str], model_name: str, eager:
     servers: dict[str, tuple[subprocess.Popen, str, str]] = {}  # kind: the process, its URL, its log
     try:
         for kind in kinds:
-            engine = with_speculation(config, kind)
-            if eager:
-                engine = engine.model_copy(update={"target": engine.target.model_copy(
-                    update={"vllm": engine.target.vllm.model_copy(update={"enforce_eager": True})})})
+            engine = with_speculation(config, kind, **({"enforce_eager": True} if eager else {}))
             port = _free_port()
             log = tempfile.NamedTemporaryFile("w", prefix=f"vllm-serve-{kind}-", suffix=".log", delete=False)
             process = subprocess.Popen(command(engine, port, model_name), env=os.environ | environment(engine),

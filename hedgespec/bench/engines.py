@@ -21,8 +21,9 @@ from hedgespec.text import encode_prompt
 from hedgespec.vllm_engine import VLLMEngine, sampling_params, speculation_args
 
 
-def with_speculation(config: EngineConfig, kind: str) -> EngineConfig:
-    settings = config.target.vllm.model_copy(update={"speculation": kind})
+def with_speculation(config: EngineConfig, kind: str, **vllm_settings) -> EngineConfig:
+    """The config with the vLLM engine's speculation `kind` (and any other of its settings given)."""
+    settings = config.target.vllm.model_copy(update={"speculation": kind, **vllm_settings})
     return config.model_copy(update={"target": config.target.model_copy(update={"vllm": settings})})
 
 

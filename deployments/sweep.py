@@ -53,7 +53,9 @@ class Side:
 
 def plan(args: dict, kinds: list[str], pinned: list[str], eager: bool) -> tuple[dict[str, dict], list[Side]]:
     """The apps to start (name -> Serve args) and the sides, the baseline first. On vLLM each kind is
-    an engine setting, so an app of its own; on HF they share one app (the request's `speculate`)."""
+    an engine setting, so an app of its own, and may change others of target.vllm for its side
+    (`hedgespec@stream_interval=1`: HedgeSpec streaming every token); on HF they share one app
+    (the request's `speculate`)."""
     backend = ServeConfig.model_validate(args).engine.target.backend
     if backend == "hf":
         if any(kind not in HF_KINDS for kind in kinds):
@@ -63,11 +65,14 @@ def plan(args: dict, kinds: list[str], pinned: list[str], eager: bool) -> tuple[
     else:
         apps = {}
         for kind in kinds:
+            speculation, *changes = kind.split("@")
             engine = json.loads(json.dumps(args))
             settings = engine.setdefault("engine", {}).setdefault("target", {}).setdefault("vllm", {})
-            settings.update({"speculation": kind, **({"enforce_eager": True} if eager else {})})
-            apps[kind] = engine
-        sides = [Side(kind, kind) for kind in kinds]
+            settings.update({"speculation": speculation, **({"enforce_eager": True} if eager else {}),
+                             **dict(change.split("=", 1) for change in changes)})
+            ServeConfig.model_validate(engine)  # a misspelt setting fails here, not minutes into the run
+            apps[kind if not changes else f"{speculation}-{len(apps)}"] = engine  # a route name of letters
+        sides = [Side(kind, app) for kind, app in zip(kinds, apps)]
     if pinned and "hedgespec" not in kinds:
         raise ValueError("pinned drafters run in the hedgespec kind's app: name the kind")
     return apps, sides + [Side(f"{drafter} alone", "hedgespec", speculation={"drafter": drafter}) for drafter in pinned]

@@ -30,6 +30,7 @@ def command(config: EngineConfig, port: int, model_name: str) -> list[str]:
     arguments = engine_arguments(config)
     flags = ["--model", arguments["model"], "--tokenizer", arguments["tokenizer"], "--served-model-name", model_name,
              "--dtype", arguments["dtype"], "--max-num-seqs", str(arguments["max_num_seqs"]),
+             "--stream-interval", str(arguments["stream_interval"]),
              "--seed", str(arguments["seed"]), "--host", "127.0.0.1", "--port", str(port)]
     if arguments["max_model_len"] is not None:
         flags += ["--max-model-len", str(arguments["max_model_len"])]

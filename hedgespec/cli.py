@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     load = bench.add_parser("load", help="tokens/s and latency against concurrent clients, per kind of speculation, one run")
     load.add_argument("--config", default="serve_config.yaml", help="Serve config (default: serve_config.yaml)")
     load.add_argument("--kinds", default=None, help="comma-separated, the baseline first (default: none,ngram,hedgespec "
-                                                    "on the vLLM backend, none,hedgespec on HF)")
+                                                    "on the vLLM backend, none,hedgespec on HF); on vLLM a kind may "
+                                                    "change other target.vllm settings: hedgespec@stream_interval=1")
     load.add_argument("--clients", default="1,2,4,8,16", help="comma-separated client counts")
     load.add_argument("--requests", type=int, default=4, help="greedy requests per client at each count")
     load.add_argument("--repeats", type=int, default=1, help="runs of every count, all kinds in each (the median "

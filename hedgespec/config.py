@@ -37,6 +37,9 @@ class VLLMConfig(Strict):
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU: the share of its memory vLLM may take")
     max_model_len: int | None = Field(4096, ge=16, description="longest prompt + completion (None: the model's)")
     max_num_seqs: int = Field(32, ge=1, description="requests decoded in one batch")
+    stream_interval: int = Field(
+        1, ge=1, description="vLLM's stream_interval: a request's tokens reach the ingress in pieces of this many "
+                             "(the first and last at once); fewer pieces through the serving path, coarser streaming")
 
 
 VLLM_KINDS = ("prompt_lookup", "datastore")  # drafter kinds the vLLM backend runs (token ids only, no hidden states)

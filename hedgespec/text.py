@@ -23,6 +23,14 @@ class TextStream:
         self.text = ""
         self.emitted = 0  # characters of self.text already handed out as deltas
         self.finish_reason: str | None = None
+        # Incremental detokenization: only the tokens from `window` on are decoded again at each push
+        # (decoding all of them would cost O(n) per push, O(n^2) per request). The text of tokens up
+        # to `settled` ends on a whole character and cannot change; decoding the window from one
+        # token set earlier (`window`) keeps the context that a tokenizer needs at the window's start
+        # (SentencePiece drops the leading space of the first token it decodes).
+        self.window = self.settled = 0
+        self.settled_text = ""  # the text of tokens[:settled]
+        self.window_head = ""  # the text of tokens[window:settled], decoded as the window is
 
     @property
     def remaining(self) -> int:
@@ -39,12 +47,25 @@ class TextStream:
             if len(self.tokens) == self.max_tokens:
                 self.finish_reason = "length"
                 break
-        self.text = self._decode(self.tokens)
+        self.text = self._decode_incrementally()
         self._cut_at_stop()
         return self._delta()
 
     def _decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def _decode_incrementally(self) -> str:
+        """The text of all tokens, decoding only the window's."""
+        window_text = self._decode(self.tokens[self.window:])
+        if not window_text.startswith(self.window_head):  # a tokenizer whose text is not decoded piecewise
+            self.window = self.settled = 0
+            self.settled_text = self.window_head = ""
+            window_text = self._decode(self.tokens)
+        text = self.settled_text + window_text[len(self.window_head):]
+        if window_text and not window_text.endswith("\ufffd"):  # on a whole character: settle it
+            self.window, self.settled, self.settled_text = self.settled, len(self.tokens), text
+            self.window_head = self._decode(self.tokens[self.window:self.settled])
+        return text
 
     def _cut_at_stop(self) -> None:
         # search only where a stop string could newly end: it cannot lie wholly in emitted text

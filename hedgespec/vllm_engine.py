@@ -32,7 +32,8 @@ def engine_arguments(config: EngineConfig) -> dict:
     folder = str(loading.resolve(target.model))
     arguments = {"model": folder, "tokenizer": folder, "dtype": loading.resolve_dtype(target.dtype, target.device),
                  "enforce_eager": settings.enforce_eager, "max_model_len": settings.max_model_len,
-                 "max_num_seqs": settings.max_num_seqs, "seed": 0, "worker_extension_cls": EXTENSION}
+                 "max_num_seqs": settings.max_num_seqs, "stream_interval": settings.stream_interval, "seed": 0,
+                 "worker_extension_cls": EXTENSION}
     if target.device != "cpu":
         arguments["gpu_memory_utilization"] = settings.gpu_memory_utilization
     if settings.speculation == "ngram":

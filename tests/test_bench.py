@@ -246,3 +246,22 @@ def test_bench_proposer_holds_the_modes_it_is_given_and_refuses_an_unknown_one(m
     with pytest.raises(SystemExit) as exit_:
         main(common + ["--modes", "all,sometimes"])
     assert exit_.value.code == 2 and "unknown load-gate mode(s) sometimes" in capsys.readouterr().err
+
+
+def test_bench_load_kinds_may_change_other_engine_settings_and_a_misspelt_one_fails_at_once():
+    """`--kinds none,hedgespec@stream_interval=1`: each side an app of its own, with the config's
+    target.vllm settings but the ones its kind changes; the config's model validates each."""
+    from pydantic import ValidationError
+
+    from deployments import sweep
+    from deployments.local import serve_args
+    args = serve_args("serve_config.yaml")
+    apps, sides = sweep.plan(args, ["none", "hedgespec@stream_interval=1@max_num_seqs=8"], [], False)
+    assert [side.label for side in sides] == ["none", "hedgespec@stream_interval=1@max_num_seqs=8"]
+    assert len(set(apps)) == 2 and [side.app for side in sides] == list(apps)
+    configured = args["engine"]["target"]["vllm"]
+    base, changed = (apps[side.app]["engine"]["target"]["vllm"] for side in sides)
+    assert base == configured | {"speculation": "none"}
+    assert changed == configured | {"speculation": "hedgespec", "stream_interval": "1", "max_num_seqs": "8"}
+    with pytest.raises(ValidationError, match="stream_intervall"):
+        sweep.plan(args, ["none@stream_intervall=1"], [], False)

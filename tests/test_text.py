@@ -59,3 +59,22 @@ def test_earliest_of_several_stops_wins():
     stream = TextStream(TOKENIZER, 100, ["bb", "a"], {EOS})
     stream.push(tokens("xxbbya"))
     assert stream.text == "xx"
+
+
+def test_text_decoded_piecewise_equals_the_whole_decode_at_every_push():
+    """Incremental detokenization against the tokenizer's decode of every token so far (the
+    reference), with multi-byte characters split across pushes of random sizes."""
+    import random
+    text = "naïve café — 東京 🚀 ok\n" * 4
+    encoded = tokens(text)
+    rng = random.Random(0)
+    for _ in range(20):
+        stream, at = TextStream(TOKENIZER, len(encoded), [], {EOS}), 0
+        shown = ""
+        while at < len(encoded):
+            size = rng.randint(1, 5)
+            shown += stream.push(encoded[at:at + size])
+            at += size
+            assert stream.text == TOKENIZER.decode(encoded[:at], skip_special_tokens=True)
+            assert "\ufffd" not in shown
+        assert shown == stream.text == text

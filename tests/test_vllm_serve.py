@@ -22,7 +22,7 @@ def test_vllm_serve_is_started_with_the_apps_engine_settings(kind):
     assert line[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(line[3:])
     served, app = AsyncEngineArgs.from_cli_args(parsed), engine_arguments(config)
-    for name in ("model", "tokenizer", "dtype", "enforce_eager", "max_model_len", "max_num_seqs", "seed"):
+    for name in ("model", "tokenizer", "dtype", "enforce_eager", "max_model_len", "max_num_seqs", "stream_interval", "seed"):
         assert getattr(served, name) == app[name], name
     assert served.speculative_config == app.get("speculative_config")
     assert (parsed.port, parsed.served_model_name) == (8123, ["hedgespec"])

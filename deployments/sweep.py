@@ -2,13 +2,15 @@
 requests, cycling through the prompts: each client sends a fixed number, and every prompt is sent
 at least once at every N), for several kinds of speculation on the same engine settings, in one
 run: on the vLLM backend, vLLM without speculation, vLLM's own n-gram speculation and HedgeSpec
-(target.vllm.speculation); on the HF backend, the target alone and HedgeSpec (the request's
+(target.vllm.speculation; a kind such as `hedgespec@stream_interval=1` also changes other
+target.vllm settings for its side); on the HF backend, the target alone and HedgeSpec (the request's
 `speculate`). `pinned` drafters each run alone as well, in HedgeSpec's app (the request's
 `speculation.drafter`): the single-drafter baselines. `served` kinds (none, ngram) each run in
 vLLM's own OpenAI server too (deployments/vllm_serve.py, the same engine settings, without Ray
 Serve): what a user would run instead of this app.
 
-Every kind's app runs at once, side by side in one Ray instance (each at /<kind>), and the kinds
+Every kind's app runs at once, side by side in one Ray instance (each at /<kind>, or /<speculation>-<i>
+for a kind with changed settings), and the kinds
 take turns, so that a drift of the machine's speed (10-15% between runs of minutes on the 2-core
 VMs here) reaches them alike: one client sends each prompt to every kind in turn, and under load
 each N runs kind after kind, in an order that rotates with N. Only one kind is ever running.

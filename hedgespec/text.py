@@ -25,9 +25,10 @@ class TextStream:
         self.finish_reason: str | None = None
         # Incremental detokenization: only the tokens from `window` on are decoded again at each push
         # (decoding all of them would cost O(n) per push, O(n^2) per request). The text of tokens up
-        # to `settled` ends on a whole character and cannot change; decoding the window from one
-        # token set earlier (`window`) keeps the context that a tokenizer needs at the window's start
-        # (SentencePiece drops the leading space of the first token it decodes).
+        # to `settled` ends on a whole character and cannot change. The window starts at the tokens
+        # that the settlement before the last one took in, not at `settled`: those give a tokenizer
+        # the context it needs at the window's start (SentencePiece drops the leading space of the
+        # first token it decodes), and their text, `window_head`, is cut off again.
         self.window = self.settled = 0
         self.settled_text = ""  # the text of tokens[:settled]
         self.window_head = ""  # the text of tokens[window:settled], decoded as the window is

@@ -29,7 +29,7 @@ def build_app(args: dict) -> Application:
         selector = SelectorDeployment.options(ray_actor_options=small).bind(engine.selector.model_dump(), names, engine.k)
         target = VLLMTargetDeployment.options(**placement).bind(engine.model_dump(), selector)
         return ingress.bind(config.model_dump(), target, [], selector, [])
-    target = TargetDeployment.options(**placement).bind(engine.target.model_dump(), engine.threads)
+    target = TargetDeployment.options(**placement).bind(engine.target.model_dump(), engine.threads, engine.k)
     groups, names = [], []
     for group in config.drafter_groups():
         scaling = ({"autoscaling_config": group.autoscaling.model_dump()} if group.autoscaling

@@ -68,6 +68,8 @@ def plan(args: dict, kinds: list[str], pinned: list[str], eager: bool) -> tuple[
         apps = {}
         for kind in kinds:
             speculation, *changes = kind.split("@")
+            if any("=" not in change for change in changes):
+                raise ValueError(f"kind {kind!r}: each change after '@' is SETTING=VALUE (hedgespec@stream_interval=1)")
             engine = json.loads(json.dumps(args))
             settings = engine.setdefault("engine", {}).setdefault("target", {}).setdefault("vllm", {})
             settings.update({"speculation": speculation, **({"enforce_eager": True} if eager else {}),

@@ -22,7 +22,7 @@ logger = logging.getLogger("ray.serve")
 
 @serve.deployment(name="Target", max_ongoing_requests=512)
 class TargetDeployment:
-    def __init__(self, config: dict, threads: int | None):
+    def __init__(self, config: dict, threads: int | None, k: int):
         if threads:  # Ray caps a replica's threads at its num_cpus unless told otherwise
             torch.set_num_threads(threads)
         config = TargetConfig.model_validate(config)
@@ -30,6 +30,7 @@ class TargetDeployment:
                     "batches requests: serve_config.yaml)", config.model)
         model, _ = loading.load(config.model, config.dtype, config.device)
         self.target = HFTarget(CachedLM(model))
+        self.target.lm.warm_up(range(1, k + 2))  # a verify of up to k drafts
         self.greedy: dict[str, bool] = {}
         # one forward at a time: requests interleave round by round (no cross-request batching yet)
         self.lock = threading.Lock()

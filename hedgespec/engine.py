@@ -32,6 +32,7 @@ class Engine:
         self.dtype = loading.resolve_dtype(config.target.dtype, config.target.device)
         model, self.tokenizer = loading.load(config.target.model, config.target.dtype, config.target.device)
         self.target = HFTarget(CachedLM(model))
+        self.target.lm.warm_up(range(1, config.k + 2))
         self.drafters = build_drafters(config.drafters, self.target.vocab, self.tokenizer, config.target, model)
         self.pool = LocalPool(self.drafters)
         self.eos_ids = loading.eos_ids(config.target.model)

@@ -265,3 +265,5 @@ def test_bench_load_kinds_may_change_other_engine_settings_and_a_misspelt_one_fa
     assert changed == configured | {"speculation": "hedgespec", "stream_interval": "1", "max_num_seqs": "8"}
     with pytest.raises(ValidationError, match="stream_intervall"):
         sweep.plan(args, ["none@stream_intervall=1"], [], False)
+    with pytest.raises(ValueError, match="SETTING=VALUE"):
+        sweep.plan(args, ["none@stream_interval"], [], False)

@@ -163,6 +163,21 @@ def test_release_frees_request_state(tiny_lm):
     assert target.active == 0 and target.lm.active == 0 and drafter.lm.active == 0
 
 
+def test_warm_up_runs_every_verify_size_and_leaves_no_state(tiny_lm, monkeypatch):
+    lm = tiny_lm(0, vocab=32, layers=2)
+    sizes = []
+    decoder_forward = lm.decoder.forward
+    monkeypatch.setattr(lm.decoder, "forward", lambda input_ids, **kw: sizes.append(input_ids.shape[1]) or decoder_forward(input_ids=input_ids, **kw))
+    lm.warm_up(range(1, 6), context=8)
+    assert sizes == [8, 1, 2, 3, 4, 5] and lm.active == 0
+    # a request afterwards sees the model as if nothing had run: the logits of a plain forward
+    lm.start("r")
+    logits, _ = lm.forward("r", PROMPT)
+    with torch.inference_mode():
+        fresh = lm.model(torch.tensor([PROMPT])).logits[0]
+    torch.testing.assert_close(logits, fresh, atol=1e-5, rtol=1e-5)
+
+
 def test_truncated_draft_distributions_stay_lossless(tiny_lm, monkeypatch):
     """Drafters keep only their most likely tokens (sampling.process_draft); with the support cut
     to 3 of 8 tokens the committed text still follows the target's exact distribution."""

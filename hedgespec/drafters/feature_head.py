@@ -165,15 +165,17 @@ class Frozen:
 
 def frozen_from_model(model, vocab: Tensor) -> Frozen:
     """Shares the embedding tensor of a target loaded in this process; the restricted head rows are
-    built once per (model, vocabulary), so a pool of heads holds one copy."""
+    built once per (model, vocabulary), so a pool of heads holds one copy. The heads run on the CPU
+    (the target hands them its hidden states there, models/runner.py), so a GPU target's tensors are
+    copied to it once; a CPU target's are shared as they are."""
     return _shared(model, tuple(vocab.tolist()))
 
 
 @functools.lru_cache(maxsize=4)
 def _shared(model, vocab: tuple[int, ...]) -> Frozen:
     ids = torch.tensor(vocab, dtype=torch.long)
-    rows = model.get_output_embeddings().weight.detach()[ids].float()
-    return Frozen(model.get_input_embeddings().weight.detach(), rows, ids)
+    rows = model.get_output_embeddings().weight.detach().cpu()[ids].float()
+    return Frozen(model.get_input_embeddings().weight.detach().cpu(), rows, ids)
 
 
 def frozen_from_folder(folder: Path, vocab: Tensor) -> Frozen:

@@ -37,6 +37,21 @@ class CachedLM:
         # verification and evaluation are small CPU-side work; on a GPU this is one copy per round
         return self.head(hidden).float().cpu(), hidden.cpu()
 
+    def warm_up(self, sizes: range, context: int = 8) -> None:
+        """One forward of every number of tokens in `sizes`, on a scratch request, before requests
+        are served. On a GPU the first forward of each new size does one-off work (kernel
+        selection): on an H200 in bfloat16, SmolLM2's first 1-6-token forwards took 71-113 ms, warm
+        ones 17-28 ms (README, "On a GPU"). The time objective prices a round by the verify times it
+        measured (arms.py), and a draft length first priced at such a time was never tried again."""
+        self.start("warm-up")
+        try:
+            self.forward("warm-up", [0] * context)
+            for n in sizes:
+                self.forward("warm-up", [0] * n)
+                self.crop("warm-up", context)
+        finally:
+            self.release("warm-up")
+
     def crop(self, request_id: str, length: int) -> None:
         """Forget every cached position at or after `length`."""
         extra = self.length(request_id) - length

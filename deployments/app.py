@@ -37,7 +37,8 @@ def build_app(args: dict) -> Application:
         groups.append(DrafterGroup.options(
             name=f"DrafterGroup-{group.name}", **scaling,
             ray_actor_options={"num_cpus": group.num_cpus, "num_gpus": group.num_gpus, "resources": group.resources},
-        ).bind([by_name[n].model_dump() for n in group.drafters], engine.target.model_dump(), engine.threads))
+        ).bind([by_name[n].model_dump() for n in group.drafters], engine.target.model_dump(), engine.threads,
+                engine.k))
         names.append(group.drafters)
     # the selector's indices follow the groups' order, as the ingress's pool does
     selector = SelectorDeployment.options(ray_actor_options=small).bind(

@@ -24,14 +24,14 @@ from hedgespec.transport import compact_draft, expand
 @serve.deployment(max_ongoing_requests=512,
                   request_router_config=RequestRouterConfig(request_router_class=RequestAffinityRouter))
 class DrafterGroup:
-    def __init__(self, drafters: list[dict], target: dict, threads: int | None):
+    def __init__(self, drafters: list[dict], target: dict, threads: int | None, k: int):
         if threads:
             torch.set_num_threads(threads)
         target = TargetConfig.model_validate(target)
         tokenizer = loading.load_tokenizer(target.model)
         self.vocab = loading.vocab_size(target.model)
         configs = [DrafterConfig.model_validate(d) for d in drafters]
-        self.pool = LocalPool(build_drafters(configs, self.vocab, tokenizer, target))
+        self.pool = LocalPool(build_drafters(configs, self.vocab, tokenizer, target, k))
         self.names = self.pool.names
         self.label = "+".join(self.names)  # the group, named as /stats names it
         self.metrics = Recorder("hedgespec_draft_seconds", "hedgespec_evaluation_phase_seconds")

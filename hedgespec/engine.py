@@ -33,7 +33,7 @@ class Engine:
         model, self.tokenizer = loading.load(config.target.model, config.target.dtype, config.target.device)
         self.target = HFTarget(CachedLM(model))
         self.target.lm.warm_up(range(1, config.k + 2))
-        self.drafters = build_drafters(config.drafters, self.target.vocab, self.tokenizer, config.target, model)
+        self.drafters = build_drafters(config.drafters, self.target.vocab, self.tokenizer, config.target, config.k, model)
         self.pool = LocalPool(self.drafters)
         self.eos_ids = loading.eos_ids(config.target.model)
         self.use_selector(config.selector)

@@ -103,7 +103,7 @@ class HedgeSpecProposer:
         target = self.config.target
         vocab = vllm_config.model_config.get_vocab_size()
         self.tokenizer = loading.load_tokenizer(target.model)
-        self.pool = LocalPool(build_drafters(self.config.drafters, vocab, self.tokenizer, target), background=False)
+        self.pool = LocalPool(build_drafters(self.config.drafters, vocab, self.tokenizer, target, self.config.k), background=False)
         self.eos_ids = loading.eos_ids(target.model)
         self.max_model_len = vllm_config.model_config.max_model_len
         n, k = len(self.pool.names), self.config.k

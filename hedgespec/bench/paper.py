@@ -74,7 +74,7 @@ def decoys(engine: Engine, count: int, quick: bool, seed: int) -> list:
         from hedgespec.config import DrafterConfig
         from hedgespec.drafters import build_drafter
         return [build_drafter(DrafterConfig(name=f"decoy-{i}", kind="lm", model=f"tiny:{100 + i}"), engine.target.vocab,
-                              engine.tokenizer, engine.config.target) for i in range(count)]
+                              engine.tokenizer, engine.config.target, engine.config.k) for i in range(count)]
     from hedgespec.data import DOMAINS, data_dir
     from hedgespec.data.text import read_jsonl
     from hedgespec.drafters.datastore import Datastore, DatastoreDrafter

@@ -12,17 +12,18 @@ from hedgespec.paths import cache_dir
 from hedgespec.zoo.layout import BUNDLE
 
 
-def build_drafters(configs: list[DrafterConfig], vocab: int, tokenizer, target: TargetConfig, target_model=None) -> list:
-    """The drafters of `configs`, in their order; the EAGLE heads among them share one EagleStack, so
-    that the evaluation phase runs them all in one batched forward."""
+def build_drafters(configs: list[DrafterConfig], vocab: int, tokenizer, target: TargetConfig, k: int,
+                   target_model=None) -> list:
+    """The drafters of `configs`, in their order, for drafts of up to `k` tokens; the EAGLE heads among
+    them share one EagleStack, so that the evaluation phase runs them all in one batched forward."""
     heads = [c for c in configs if c.kind == "eagle"]
     stacked = iter(EagleDrafter.load_stack([c.name for c in heads], [artifact_path(c.artifact) for c in heads],
                                            vocab, target_model, target.model) if heads else [])
-    return [next(stacked) if c.kind == "eagle" else build_drafter(c, vocab, tokenizer, target, target_model)
+    return [next(stacked) if c.kind == "eagle" else build_drafter(c, vocab, tokenizer, target, k, target_model)
             for c in configs]
 
 
-def build_drafter(config: DrafterConfig, vocab: int, tokenizer, target: TargetConfig, target_model=None):
+def build_drafter(config: DrafterConfig, vocab: int, tokenizer, target: TargetConfig, k: int, target_model=None):
     """A drafter for a target with `vocab` output tokens and `tokenizer`. `target_model` is the target's
     HF model when it lives in this process (drafters that reuse target weights share them); otherwise
     they load what they need from `target.model`."""
@@ -39,6 +40,7 @@ def build_drafter(config: DrafterConfig, vocab: int, tokenizer, target: TargetCo
     lm = CachedLM(model)
     if lm.vocab != vocab:
         raise ValueError(f"drafter {config.name!r} has {lm.vocab} output tokens, the target {vocab}")
+    lm.warm_up(range(1, k + 2))  # it catches up on up to k + 1 committed tokens per round
     return LMDrafter(config.name, lm)
 
 

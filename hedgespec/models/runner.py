@@ -41,8 +41,9 @@ class CachedLM:
         """One forward of every number of tokens in `sizes`, on a scratch request, before requests
         are served. On a GPU the first forward of each new size does one-off work (kernel
         selection): on an H200 in bfloat16, SmolLM2's first 1-6-token forwards took 71-113 ms, warm
-        ones 17-28 ms (README, "On a GPU"). The time objective prices a round by the verify times it
-        measured (arms.py), and a draft length first priced at such a time was never tried again."""
+        ones 17-28 ms (benchmarks/gpu/README.md). The time objective prices a round by the verify
+        and draft times it measured (arms.py): there, one such first verify made every draft look
+        too dear to try again."""
         self.start("warm-up")
         try:
             self.forward("warm-up", [0] * context)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# HedgeSpec on a GPU machine, in a few minutes, in two parts; greedy, the target on the GPU in bfloat16.
+# HedgeSpec on a GPU machine, in two parts; greedy, the target on the GPU in bfloat16. On an H200
+# part 1 ran past 9 minutes: stopped there in its second step (benchmarks/gpu/README.md).
 #
 # 1. HF backend, in process (`hedgespec bench speed`, `bench ties`): target-only, HedgeSpec and the
 #    best single drafters on the mixed stream (the committed copy-heavy edits alone where the domain

@@ -2,9 +2,10 @@
 
 Each request's loop runs in a worker thread over the handle adapters (adapters.py); text deltas
 come back to the event loop for server-sent events. On the vLLM backend there is no loop here: the
-engine decodes and speculates, and the ingress reads its stream of tokens on the event loop. A client that goes away sets the request's
-cancel flag: the loop stops at its next round and frees the request's state in every deployment.
-The door (access.py: the API key and the body size) and the per-key limit come before any work;
+engine decodes and speculates, and the ingress reads its stream of tokens on the event loop. A
+client that goes away sets the request's cancel flag: the loop stops at its next round and frees
+the request's state in every deployment. The door (access.py: the API key and the body size), the
+body's checks (admission.py) and the per-key limit come before any work;
 a failure inside reaches the client as a 503 (the target is down) or a 500 that names only the
 request id, under which the log holds the traceback.
 """
@@ -12,7 +13,6 @@ import asyncio
 import functools
 import json
 import logging
-import random
 import threading
 import time
 import uuid
@@ -27,18 +27,18 @@ from ray.serve.exceptions import RequestCancelledError
 
 from deployments import openai_api as api
 from deployments.access import Door, api_keys
+from deployments.admission import Admission, Job
 from deployments.adapters import TARGET_TIMEOUT_S, RemoteSelector, RemoteTarget, Unavailable, lost
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
 from deployments.remote_pool import RemotePool
 from hedgespec.arms import RoundCosts
 from hedgespec.calibration import DepthCalibration
-from hedgespec.config import SelectorConfig, ServeConfig
+from hedgespec.config import ServeConfig
 from hedgespec.decode import Cancelled, Generation, Request as DecodeRequest, decode
 from hedgespec.engine import build_selector, delayed_losses
 from hedgespec.models import loading
-from hedgespec.sampling import Sampling
-from hedgespec.text import TextStream, encode_prompt
+from hedgespec.text import TextStream
 from hedgespec.vllm_engine import speculation_args
 
 STATS_TIMEOUT_S = 5.0
@@ -73,16 +73,6 @@ def _openapi(served: FastAPI, model_name: str) -> dict:
     return served.openapi_schema
 
 
-class _Job:
-    def __init__(self, request_id, response_id, tokens, text, max_tokens, sampling, seed, stop, speculate,
-                 selector: SelectorConfig, k: int, caller: str | None):
-        self.request_id, self.response_id, self.caller = request_id, response_id, caller
-        self.tokens, self.text, self.max_tokens = tokens, text, max_tokens
-        self.sampling, self.seed, self.stop, self.speculate = sampling, seed, list(stop or []), speculate
-        self.selector, self.k = selector, k  # the server's, or what the request's `speculation` asked for
-        self.cancel = threading.Event()
-
-
 def _role_delta() -> dict:
     return {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}]}
 
@@ -110,10 +100,11 @@ class Ingress:
         target_config = self.config.engine.target
         self.tokenizer = loading.load_tokenizer(target_config.model)
         self.eos_ids = loading.eos_ids(target_config.model)
-        self.context = loading.context_length(target_config.model)
+        context = loading.context_length(target_config.model)
         self.vllm = target_config.backend == "vllm"
         if self.vllm and target_config.vllm.max_model_len:
-            self.context = min(self.context, target_config.vllm.max_model_len)
+            context = min(context, target_config.vllm.max_model_len)
+        self.admission = Admission(self.config, self.tokenizer, context)
         self.target, self.selector = target, selector
         self.groups = list(zip(groups, group_drafters))
         self.loops = ThreadPoolExecutor(limits.max_ongoing_requests, thread_name_prefix="decode")
@@ -178,7 +169,7 @@ class Ingress:
     async def _serve(self, request: Request, chat: bool):
         self.metrics.count("hedgespec_requests", endpoint="chat" if chat else "completions")
         try:
-            body, job = await self._accept(request, chat)
+            body, job = self.admission.accept(await request.body(), chat, request.scope.get("hedgespec.api_key"))
             self._admit(job)
         except api.APIError as error:
             self.metrics.count("hedgespec_request_errors", kind=error_kind(error.status, error.code))
@@ -189,7 +180,7 @@ class Ingress:
         return api.response(chat, job.response_id, body.model, generation.text, generation.finish_reason,
                             api.usage(len(job.tokens), len(generation.tokens)), generation.stats())
 
-    def _admit(self, job: _Job) -> None:
+    def _admit(self, job: Job) -> None:
         """Takes one of the caller's slots; `_generate` gives it back however the request ends."""
         limits = self.config.limits
         if job.caller is None:
@@ -203,74 +194,7 @@ class Ingress:
                                     f"{limits.max_concurrent_per_key}); retry later", None, "rate_limit_exceeded",
                                limits.retry_after_s)
 
-    async def _accept(self, request: Request, chat: bool) -> tuple:
-        """The validated body and the job it asks for; an APIError for bad input."""
-        try:
-            payload = json.loads(await request.body())
-        except (ValueError, RecursionError):  # malformed, not UTF-8, nested too deep, or an integer too long
-            raise api.APIError(400, "the request body is not valid JSON") from None
-        body = api.parse(api.ChatBody if chat else api.CompletionBody, payload)
-        if body.model != self.config.model_name:
-            raise api.APIError(404, f"model {body.model!r} does not exist; this server serves "
-                                    f"{self.config.model_name!r}", "model", "model_not_found")
-        stops = self._stops(body.stops)
-        prompt = [m.model_dump(exclude_none=True) for m in body.messages] if chat else body.prompt
-        tokens = encode_prompt(self.tokenizer, prompt, chat)
-        max_tokens = self._budget(tokens, body.limit if chat else body.max_tokens)
-        text = "\n".join(m["content"] for m in prompt) if chat else prompt
-        selector, k = self._speculation(body.speculation)
-        seed = body.decode_seed if body.seed is not None else random.getrandbits(31)
-        caller = request.scope.get("hedgespec.api_key")  # None on an open server: only the app's queue bounds it
-        return body, _Job(uuid.uuid4().hex, api.completion_id(chat), tokens, text, max_tokens,
-                          Sampling(body.decode_temperature, body.top_k, body.top_p), seed, stops, body.speculate,
-                          selector, k, caller)
-
-    def _stops(self, stops: list[str]) -> list[str]:
-        limits = self.config.limits
-        if len(stops) > limits.max_stop_sequences:
-            raise api.APIError(400, f"stop: at most {limits.max_stop_sequences} strings", "stop")
-        if any(not s for s in stops):
-            raise api.APIError(400, "stop: the strings must not be empty", "stop")
-        if any(len(s) > limits.max_stop_chars for s in stops):
-            raise api.APIError(400, f"stop: each string has at most {limits.max_stop_chars} characters", "stop")
-        return stops
-
-    def _speculation(self, asked: api.Speculation | None) -> tuple[SelectorConfig, int]:
-        """The selector and K of a request: the server's, with the request's `speculation` applied."""
-        engine = self.config.engine
-        selector, k = engine.selector, engine.k
-        if asked is None:
-            return selector, k
-        if asked.k is not None:
-            if asked.k > engine.k:
-                raise api.APIError(400, f"speculation.k={asked.k} is above this server's K of {engine.k}", "speculation.k")
-            k = asked.k
-        if asked.drafter is not None:
-            names = [d.name for d in engine.drafters]
-            if asked.drafter not in names:
-                raise api.APIError(400, f"speculation.drafter {asked.drafter!r} is not in the pool {names}",
-                                   "speculation.drafter")
-            selector = SelectorConfig(name="fixed", drafter=asked.drafter)
-        if asked.objective is not None:
-            selector = selector.model_copy(update={"loss": asked.objective})
-        return selector, k
-
-    def _budget(self, tokens: list[int], asked: int | None) -> int:
-        limit, k = self.config.limits.max_tokens, self.config.engine.k
-        if len(tokens) > self.config.limits.max_prompt_tokens:
-            raise api.APIError(400, f"prompt: {len(tokens)} tokens; this server takes at most "
-                                    f"{self.config.limits.max_prompt_tokens}", "prompt", "context_length_exceeded")
-        room = self.context - len(tokens) - k - 1  # a round may hold K drafts beyond the last kept token
-        if asked is None:
-            asked = min(limit, room)
-        if asked > limit:
-            raise api.APIError(400, f"max_tokens: {asked} is above this server's limit of {limit}", "max_tokens")
-        if asked > room or room < 1:
-            raise api.APIError(400, f"max_tokens: the prompt ({len(tokens)} tokens) plus {asked} does not fit the "
-                                    f"model's context of {self.context}", "max_tokens", "context_length_exceeded")
-        return asked
-
-    def _generate(self, job: _Job, on_text=None) -> Generation:
+    def _generate(self, job: Job, on_text=None) -> Generation:
         rid = job.request_id
         pool = RemotePool(self.groups, rid, self.background) if self.groups and job.speculate else None
         if pool and job.selector.name == "fixed":  # a pinned drafter: no learner to ask, none to wait for
@@ -300,7 +224,7 @@ class Ingress:
                         self.recovered["selector"] += selector.recoveries
         return self._answered(job, generation)
 
-    async def _generate_vllm(self, job: _Job, on_text=None) -> Generation:
+    async def _generate_vllm(self, job: Job, on_text=None) -> Generation:
         """The vLLM engine's pieces through the same TextStream (EOS, max_tokens and stop strings end
         the text as on the HF backend); closing the stream early (a stop string, a client gone)
         aborts the request in vLLM and frees its state there."""
@@ -339,7 +263,7 @@ class Ingress:
         return self._answered(job, Generation(stream.tokens, stream.text, stream.finish_reason, rounds,
                                               time.perf_counter() - start))
 
-    def _failed(self, job: _Job, error: Exception) -> None:
+    def _failed(self, job: Job, error: Exception) -> None:
         if isinstance(error, Cancelled):
             self.cancelled += 1
             self.metrics.count("hedgespec_request_errors", kind="client_closed")
@@ -349,7 +273,7 @@ class Ingress:
             self.metrics.count("hedgespec_request_errors", kind="generation_failed")
             logger.exception("request %s failed", job.request_id, exc_info=error)
 
-    def _settle(self, job: _Job) -> None:
+    def _settle(self, job: Job) -> None:
         """However the request ended: it is no longer in flight, and its caller's slot is free."""
         self.in_flight.pop(job.request_id, None)
         with self.counting:
@@ -358,19 +282,19 @@ class Ingress:
                 if self.per_caller[job.caller] <= 0:
                     del self.per_caller[job.caller]
 
-    def _answered(self, job: _Job, generation: Generation) -> Generation:
+    def _answered(self, job: Job, generation: Generation) -> Generation:
         record_generation(self.metrics, generation, len(job.tokens))
         self.live.record(job.response_id, generation)
         return generation
 
-    def _start(self, job: _Job, on_text=None) -> asyncio.Future:
+    def _start(self, job: Job, on_text=None) -> asyncio.Future:
         """The request's generation, begun now: the decode loop in a worker thread over the HF target
         and the remote pool, or, on the vLLM backend, the engine's stream read on the event loop."""
         if self.vllm:
             return asyncio.ensure_future(self._generate_vllm(job, on_text))
         return asyncio.get_running_loop().run_in_executor(self.loops, self._generate, job, on_text)
 
-    async def _run(self, job: _Job, request: Request) -> Generation:
+    async def _run(self, job: Job, request: Request) -> Generation:
         future = self._start(job)
         try:
             while not future.done():
@@ -385,7 +309,7 @@ class Ingress:
         except Exception as error:
             raise self._failure(job, error) from None
 
-    def _failure(self, job: _Job, error: Exception) -> api.APIError:
+    def _failure(self, job: Job, error: Exception) -> api.APIError:
         """What the client is told about a request that failed inside (the log has the rest)."""
         if isinstance(error, Cancelled):
             return api.APIError(499, "the client closed the request")
@@ -394,7 +318,7 @@ class Ingress:
                                 self.config.limits.retry_after_s)
         return api.APIError(500, f"internal error (request {job.request_id})")
 
-    def _stream(self, job: _Job, chat: bool, body) -> StreamingResponse:
+    def _stream(self, job: Job, chat: bool, body) -> StreamingResponse:
         """Starts the loop now (so that it ends, and frees the caller's slot, even if the client is
         gone before the first byte) and streams its text as server-sent events."""
         loop = asyncio.get_running_loop()
@@ -404,7 +328,7 @@ class Ingress:
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(deltas.put_nowait, None))
         return StreamingResponse(self._events(job, chat, body, future, deltas), media_type="text/event-stream")
 
-    async def _events(self, job: _Job, chat: bool, body, future, deltas: asyncio.Queue):
+    async def _events(self, job: Job, chat: bool, body, future, deltas: asyncio.Queue):
         rid = job.response_id
         try:
             if chat:

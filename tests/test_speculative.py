@@ -165,9 +165,13 @@ def test_release_frees_request_state(tiny_lm):
 
 def test_warm_up_runs_every_verify_size_and_leaves_no_state(tiny_lm, monkeypatch):
     lm = tiny_lm(0, vocab=32, layers=2)
-    sizes = []
-    decoder_forward = lm.decoder.forward
-    monkeypatch.setattr(lm.decoder, "forward", lambda input_ids, **kw: sizes.append(input_ids.shape[1]) or decoder_forward(input_ids=input_ids, **kw))
+    sizes, decoder_forward = [], lm.decoder.forward
+
+    def counted(input_ids, **kw):
+        sizes.append(input_ids.shape[1])
+        return decoder_forward(input_ids=input_ids, **kw)
+
+    monkeypatch.setattr(lm.decoder, "forward", counted)
     lm.warm_up(range(1, 6), context=8)
     assert sizes == [8, 1, 2, 3, 4, 5] and lm.active == 0
     # a request afterwards sees the model as if nothing had run: the logits of a plain forward

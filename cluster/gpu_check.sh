@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # HedgeSpec on a GPU machine, in two parts; greedy, the target on the GPU in bfloat16. On an H200
-# part 1 ran past 9 minutes: stopped there in its second step (benchmarks/gpu/README.md).
+# part 1 runs past 9 minutes: its first step alone took 357 s there (benchmarks/gpu/README.md).
 #
 # 1. HF backend, in process (`hedgespec bench speed`, `bench ties`): target-only, HedgeSpec and the
 #    best single drafters on the mixed stream (the committed copy-heavy edits alone where the domain
@@ -70,9 +70,9 @@ yaml.safe_dump(engine, open(path, "w"), sort_keys=False)
 PY
 echo "part 1: HF backend on $model, drafters of kinds $kinds, prompts: ${prompts[*]}"
 step hs bench speed --config "$out/pool-gpu.yaml" "${prompts[@]}" --max-tokens 128 --singles 2 --json "$out/speed-mixed.json"
-step hs bench ties --config "$out/pool-gpu.yaml" "${prompts[@]}" --max-tokens 128 --json "$out/ties.json"
 step hs bench speed --config "$out/pool-gpu.yaml" --prompts benchmarks/prompts/chat.jsonl --max-tokens 128 --singles 2 \
     --json "$out/speed-chat.json"
+step hs bench ties --config "$out/pool-gpu.yaml" "${prompts[@]}" --max-tokens 128 --json "$out/ties.json"
 
 if [ $registry = 0 ]; then
     echo "part 2 skipped: vLLM's CUDA build needs the package registry"

@@ -5,18 +5,19 @@ Under the time objective (`loss: time`, the default) an arm is a pair (drafter j
 k in 1..K, plus the plain decode step (no drafter, k = 0), which is always awake: the learner can
 choose not to speculate, so it need never be slower than decoding without speculation.
 
-The cost of an arm is measured online, never assumed: the running mean of what the loop saw a
+The cost of an arm is measured online, never assumed: the recent median of what the loop saw a
 drafter's propose take for k tokens, of the target's verify forward for n tokens, and of the rest
 of a round (remote hops, bookkeeping) with and without a draft. One `RoundCosts` lives as long as
 the engine or the serving replica, so every request starts from what the earlier ones measured.
 """
+import statistics
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-EMA = 0.1  # weight of a new measurement in a running mean (about the last 10 rounds)
 
 
 @dataclass(frozen=True)
@@ -51,15 +52,31 @@ class Arms:
                                                   else drafter_names[a.drafter]) for a in self.arms]
 
 
-class _Mean:
+class _Median:
+    """The median of the latest WINDOW measurements of one cost (the lower middle one of an even
+    number); None until TRUSTED of them.
+
+    A median, so that one stalled round (another process on the cores, a kernel loaded on first
+    use) cannot price an arm out: an arm is measured again only when it is played, and on an H200
+    a running mean that the first drafting rounds had put at 435 ms (warm verifies take ~25 ms)
+    priced every draft out for good (benchmarks/gpu/README.md). Untrusted until TRUSTED
+    measurements, so that the first one, the likeliest to be slow, is not alone: until then the
+    cost counts as unmeasured, which prices it optimistically (RoundCosts' docstrings) and gets it
+    played."""
+
+    WINDOW = 9  # about the last ten rounds: a drift shows after five
+    TRUSTED = 3
+
     def __init__(self):
-        self.value: float | None = None
+        self.recent: deque[float] = deque(maxlen=self.WINDOW)
         self.count = 0
+        self.value: float | None = None
 
     def add(self, x: float) -> None:
         self.count += 1
-        # a plain mean for the first 1/EMA measurements, then a running one that follows drift
-        self.value = x if self.value is None else self.value + max(EMA, 1.0 / self.count) * (x - self.value)
+        self.recent.append(x)
+        if self.count >= self.TRUSTED:
+            self.value = statistics.median_low(self.recent)
 
 
 class StepCosts:
@@ -114,14 +131,14 @@ class RoundCosts:
 
     def __init__(self, n_drafters: int, k: int, verify_model: Callable[[np.ndarray], np.ndarray] | None = None):
         """`verify_model`: the verify times of arrays of token counts from elsewhere (a batched
-        engine's StepCosts at its current batch), in place of the running means of the rounds' own
+        engine's StepCosts at its current batch), in place of the medians of the rounds' own
         verify times. Its owner reprices once per step (`reprice`, the batch changed): the many
         rounds of a step record without repricing after each."""
         self.n, self.k = n_drafters, k
         self.verify_model = verify_model
-        self.verify = [_Mean() for _ in range(k + 2)]  # index n: a forward over n tokens
-        self.draft = [[_Mean() for _ in range(k + 1)] for _ in range(n_drafters)]  # [j][k]
-        self.rest = {True: _Mean(), False: _Mean()}  # the rest of a round, with a draft / without
+        self.verify = [_Median() for _ in range(k + 2)]  # index n: a forward over n tokens
+        self.draft = [[_Median() for _ in range(k + 1)] for _ in range(n_drafters)]  # [j][k]
+        self.rest = {True: _Median(), False: _Median()}  # the rest of a round, with a draft / without
         self.lock = threading.Lock()
         self.priced: dict[tuple, np.ndarray] = {}  # arm costs per kind of Arms, until the next record
 
@@ -177,7 +194,7 @@ class RoundCosts:
 
     def draft_s(self, drafter: int, k: int) -> float:
         """The propose estimate; unmeasured k scale the measured ones' time per token, and a drafter
-        never measured costs 0 (optimism: it gets tried, then measured)."""
+        with none measured costs 0 (optimism: it gets tried, then measured)."""
         return self._drafts(drafter)[k]
 
     def _drafts(self, drafter: int) -> list[float]:

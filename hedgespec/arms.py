@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 
-
 @dataclass(frozen=True)
 class Arm:
     drafter: int | None  # None: the plain decode step

@@ -42,8 +42,9 @@ class CachedLM:
         are served. On a GPU the first forward of each new size does one-off work (kernel
         selection): on an H200 in bfloat16, SmolLM2's first 1-6-token forwards took 71-113 ms, warm
         ones 17-28 ms (benchmarks/gpu/README.md). The time objective prices a round by the verify
-        and draft times it measured (arms.py): there, one such first verify made every draft look
-        too dear to try again."""
+        and draft times it measured (arms.py): such first forwards would be among its first samples.
+        (The H200's stalled first drafting rounds came back with the warm-up in place, for another
+        cause; arms.py's medians are what keep one slow round from pricing an arm out.)"""
         self.start("warm-up")
         try:
             self.forward("warm-up", [0] * context)

@@ -34,6 +34,11 @@ class VLLMConfig(Strict):
         "nobind", min_length=1, description="CPU: VLLM_CPU_OMP_THREADS_BIND. nobind: the model thread is not pinned (on "
                                             "2 cores, pinned to one, it gave 1.5-2.2x fewer tokens/s under load, README); "
                                             "auto: vLLM's pinning (many-core and NUMA machines), or cores such as 0-7")
+    cpu_threads: int | None = Field(
+        None, ge=1, description="CPU: the model's OpenMP threads (OMP_NUM_THREADS of vLLM's worker). None: one per "
+                                "core this process may run on, as vLLM's own server runs; under Ray the engine would "
+                                "otherwise inherit the Target's num_cpus (one thread at num_cpus 1). Set it where a CPU "
+                                "quota, not a cpuset, limits the process (Kubernetes limits)")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU: the share of its memory vLLM may take")
     max_model_len: int | None = Field(4096, ge=16, description="longest prompt + completion (None: the model's)")
     max_num_seqs: int = Field(32, ge=1, description="requests decoded in one batch")

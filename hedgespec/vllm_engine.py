@@ -47,13 +47,15 @@ def engine_arguments(config: EngineConfig) -> dict:
 
 
 def environment(config: EngineConfig) -> dict[str, str]:
-    """What vLLM's processes need in their environment: offline model loading, the CPU KV cache
-    and thread binding, the Intel OpenMP runtime the CPU wheel ships (vLLM asks for it; it doubled
+    """What vLLM's processes need in their environment: offline model loading, the CPU KV cache,
+    threads and their binding, the Intel OpenMP runtime the CPU wheel ships (vLLM asks for it; it doubled
     n-gram speculation's speed in ../shared/docs/vllm-notes.md), and the proposer's config."""
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", PROPOSER_ENV: config.model_dump_json()}
     if config.target.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{config.target.vllm.kv_cache_gib:g}"
         env["VLLM_CPU_OMP_THREADS_BIND"] = config.target.vllm.cpu_threads_bind
+        # Ray sets OMP_NUM_THREADS to an actor's num_cpus, and the engine's processes inherit it
+        env["OMP_NUM_THREADS"] = str(config.target.vllm.cpu_threads or len(os.sched_getaffinity(0)))
         iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
         if iomp.is_file():
             env["LD_PRELOAD"] = str(iomp)

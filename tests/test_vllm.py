@@ -5,13 +5,17 @@ real SmolLM2 target: one engine start for the module. Behind the `vllm` marker (
 The reference is vLLM's own decoding without drafts: a request with `speculate: false` is never
 given one by the proposer, so the engine decodes it one token per step."""
 import concurrent.futures
+import contextlib
 import json
+import os
+import pathlib
 import time
 
 import httpx
 import pytest
 
 from deployments.local import local_app, serve_args
+from hedgespec.vllm_engine import PROPOSER_ENV
 
 pytestmark = pytest.mark.vllm
 
@@ -145,3 +149,18 @@ def test_stats_show_the_step_line_the_learners_price_drafts_with(server):
     assert costs["step_ms"]["fixed"] > 0 and costs["step_ms"]["per_token"] >= 0 and costs["batch"] >= 1, costs
     # a plain step's price is the line at one token for the batch it was last shared by
     assert costs["verify_ms"]["1"] == pytest.approx(costs["step_ms"]["fixed"] / costs["batch"] + costs["step_ms"]["per_token"])
+
+
+def test_the_engine_runs_one_thread_per_core_although_ray_gives_its_replica_one_cpu(server):
+    """Ray sets OMP_NUM_THREADS to an actor's num_cpus (serve_config.yaml's Target has 1), and vLLM's
+    worker would inherit it: one OpenMP thread, the other core left to the engine core's polling.
+    The worker runs with one thread per core, as vLLM's own server does."""
+    chat(server, PROMPTS[2])
+    threads = []
+    for proc in pathlib.Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if (proc / "cmdline").read_bytes().startswith(b"VLLM::Worker"):
+                environ = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
+                if PROPOSER_ENV.encode() in environ:  # this app's engine, not another's
+                    threads.append(int(environ[b"OMP_NUM_THREADS"]))
+    assert threads == [len(os.sched_getaffinity(0))]

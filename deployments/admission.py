@@ -4,6 +4,7 @@ import json
 import random
 import threading
 import uuid
+from collections import Counter
 
 from deployments import openai_api as api
 from hedgespec.config import SelectorConfig, ServeConfig
@@ -94,3 +95,33 @@ class Admission:
             raise api.APIError(400, f"max_tokens: the prompt ({len(tokens)} tokens) plus {asked} does not fit the "
                                     f"model's context of {self.context}", "max_tokens", "context_length_exceeded")
         return asked
+
+
+class CallerSlots:
+    """Requests in flight per API key, at most `limit` each (429 with Retry-After beyond): a slot is
+    taken when a request is admitted and given back however it ends, on the event loop or on a
+    decode thread (hence the lock). Callers without a key (an open server) have only the queue."""
+
+    def __init__(self, limit: int, retry_after_s: float):
+        self.limit, self.retry_after_s = limit, retry_after_s
+        self.held: Counter = Counter()
+        self.lock = threading.Lock()
+
+    def take(self, caller: str | None) -> None:
+        if caller is None:
+            return
+        with self.lock:
+            full = self.held[caller] >= self.limit
+            if not full:
+                self.held[caller] += 1
+        if full:
+            raise api.APIError(429, f"too many concurrent requests for this API key (at most {self.limit}); "
+                                    "retry later", None, "rate_limit_exceeded", self.retry_after_s)
+
+    def give_back(self, caller: str | None) -> None:
+        if caller is None:
+            return
+        with self.lock:
+            self.held[caller] -= 1
+            if self.held[caller] <= 0:
+                del self.held[caller]

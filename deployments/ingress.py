@@ -11,7 +11,6 @@ request id, under which the log holds the traceback.
 """
 import asyncio
 import functools
-import json
 import logging
 import threading
 import time
@@ -20,14 +19,13 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from ray import serve
 from ray.serve.exceptions import RequestCancelledError
 
 from deployments import openai_api as api
 from deployments.access import Door, api_keys
-from deployments.admission import Admission, Job
+from deployments.admission import Admission, CallerSlots, Job
 from deployments.adapters import TARGET_TIMEOUT_S, RemoteSelector, RemoteTarget, Unavailable, lost
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
@@ -60,27 +58,6 @@ async def _internal_error(request: Request, error: Exception):
     return JSONResponse(api.APIError(500, f"internal error (incident {incident})").body(), status_code=500)
 
 
-def _openapi(served: FastAPI, model_name: str) -> dict:
-    """FastAPI's schema, with the component schemas that the request bodies refer to and the one
-    `model` this server answers to."""
-    if served.openapi_schema is None:
-        schema = get_openapi(title=served.title, version="1.0", routes=served.routes)
-        schema.setdefault("components", {}).setdefault("schemas", {}).update(api.definitions())
-        for path in ("/v1/completions", "/v1/chat/completions"):
-            body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
-            body["properties"]["model"]["enum"] = [model_name]
-        served.openapi_schema = schema
-    return served.openapi_schema
-
-
-def _role_delta() -> dict:
-    return {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}]}
-
-
-def _sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
-
-
 async def _ask(method, otherwise="unavailable", timeout_s: float = STATS_TIMEOUT_S):
     """A deployment's answer to a /health, /stats or /dashboard question, or `otherwise` where it gives none in time."""
     try:
@@ -95,7 +72,7 @@ class Ingress:
     def __init__(self, args: dict, target, groups: list, selector, group_drafters: list[list[str]]):
         self.config = ServeConfig.model_validate(args)
         limits = self.config.limits
-        app.openapi = functools.partial(_openapi, app, self.config.model_name)
+        app.openapi = functools.partial(api.openapi, app, self.config.model_name)
         app.state.door = {"keys": api_keys(self.config.api_key_env), "max_body_bytes": limits.max_body_bytes}
         target_config = self.config.engine.target
         self.tokenizer = loading.load_tokenizer(target_config.model)
@@ -111,8 +88,8 @@ class Ingress:
         # evaluations and learner steps wait here; separate from the loops so they can never starve them
         self.background = ThreadPoolExecutor(4 * limits.max_ongoing_requests, thread_name_prefix="background")
         self.in_flight: dict[str, threading.Event] = {}
-        self.per_caller: Counter = Counter()  # requests in flight per API key
-        self.counting = threading.Lock()  # per_caller and recovered change on the event loop and the decode threads
+        self.slots = CallerSlots(limits.max_concurrent_per_key, limits.retry_after_s)
+        self.counting = threading.Lock()  # recovered changes on the decode threads
         self.cancelled = 0  # requests whose client went away before the end
         self.recovered = Counter()  # requests rebuilt on a drafter group or selector after a failure
         self.metrics = Recorder(*INGRESS_METRICS)
@@ -170,7 +147,7 @@ class Ingress:
         self.metrics.count("hedgespec_requests", endpoint="chat" if chat else "completions")
         try:
             body, job = self.admission.accept(await request.body(), chat, request.scope.get("hedgespec.api_key"))
-            self._admit(job)
+            self.slots.take(job.caller)  # `_settle` gives it back however the request ends
         except api.APIError as error:
             self.metrics.count("hedgespec_request_errors", kind=error_kind(error.status, error.code))
             raise
@@ -179,20 +156,6 @@ class Ingress:
         generation = await self._run(job, request)
         return api.response(chat, job.response_id, body.model, generation.text, generation.finish_reason,
                             api.usage(len(job.tokens), len(generation.tokens)), generation.stats())
-
-    def _admit(self, job: Job) -> None:
-        """Takes one of the caller's slots; `_generate` gives it back however the request ends."""
-        limits = self.config.limits
-        if job.caller is None:
-            return
-        with self.counting:
-            full = self.per_caller[job.caller] >= limits.max_concurrent_per_key
-            if not full:
-                self.per_caller[job.caller] += 1
-        if full:
-            raise api.APIError(429, f"too many concurrent requests for this API key (at most "
-                                    f"{limits.max_concurrent_per_key}); retry later", None, "rate_limit_exceeded",
-                               limits.retry_after_s)
 
     def _generate(self, job: Job, on_text=None) -> Generation:
         rid = job.request_id
@@ -276,11 +239,7 @@ class Ingress:
     def _settle(self, job: Job) -> None:
         """However the request ended: it is no longer in flight, and its caller's slot is free."""
         self.in_flight.pop(job.request_id, None)
-        with self.counting:
-            if job.caller is not None:
-                self.per_caller[job.caller] -= 1
-                if self.per_caller[job.caller] <= 0:
-                    del self.per_caller[job.caller]
+        self.slots.give_back(job.caller)
 
     def _answered(self, job: Job, generation: Generation) -> Generation:
         record_generation(self.metrics, generation, len(job.tokens))
@@ -332,19 +291,19 @@ class Ingress:
         rid = job.response_id
         try:
             if chat:
-                yield _sse(api.chunk(chat, rid, body.model, None, None) | _role_delta())
+                yield api.sse(api.chunk(chat, rid, body.model, None, None) | api.role_delta())
             while (delta := await deltas.get()) is not None:
-                yield _sse(api.chunk(chat, rid, body.model, delta, None))
+                yield api.sse(api.chunk(chat, rid, body.model, delta, None))
             try:
                 generation = future.result()
             except Exception as error:
                 failure = self._failure(job, error)
-                yield _sse(failure.body() | {"status": failure.status})
+                yield api.sse(failure.body() | {"status": failure.status})
                 return
             extra = {"hedgespec": generation.stats()}
             if body.include_usage:
                 extra["usage"] = api.usage(len(job.tokens), len(generation.tokens))
-            yield _sse(api.chunk(chat, rid, body.model, None if chat else "", generation.finish_reason, extra))
+            yield api.sse(api.chunk(chat, rid, body.model, None if chat else "", generation.finish_reason, extra))
             yield "data: [DONE]\n\n"
         finally:
             job.cancel.set()  # a client that left mid-stream: the loop stops at its next round and frees state

@@ -1,14 +1,17 @@
-"""The OpenAI-compatible request bodies, their validation, and the response shapes.
+"""The OpenAI-compatible request bodies, their validation, the response shapes (whole, and as
+server-sent events) and the OpenAPI schema.
 
 Every field is checked here, at the door: types strictly (no "5" for 5), ranges, lengths. Unknown
 fields are rejected (as OpenAI does) rather than silently ignored; the parameters this server
 cannot honour (n > 1, logprobs, penalties) get a 400 that says so. The limits that an operator
 sets (stop strings, prompt tokens, max_tokens) are checked by the ingress against its config.
 """
+import json
 import time
 import uuid
 from typing import Annotated, Literal
 
+from fastapi.openapi.utils import get_openapi
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 INT64 = 2**63
@@ -175,3 +178,26 @@ def chunk(chat: bool, rid: str, model: str, text: str | None, finish: str | None
         choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
     return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
             "model": model, "choices": [choice], **(extra or {})}
+
+
+def role_delta() -> dict:
+    """A chat stream's first chunk names the speaker, as OpenAI's does."""
+    return {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}]}
+
+
+def sse(payload: dict) -> str:
+    """One server-sent event."""
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def openapi(served, model_name: str) -> dict:
+    """FastAPI's schema for the app `served`, with the component schemas that the request bodies
+    refer to and the one `model` this server answers to."""
+    if served.openapi_schema is None:
+        schema = get_openapi(title=served.title, version="1.0", routes=served.routes)
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(definitions())
+        for path in ("/v1/completions", "/v1/chat/completions"):
+            body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+            body["properties"]["model"]["enum"] = [model_name]
+        served.openapi_schema = schema
+    return served.openapi_schema

@@ -1,6 +1,7 @@
 """The vLLM backend (target.backend: vllm): a vLLM engine, continuously batched, whose speculation
 is HedgeSpec's (the pool and the learner inside vLLM's steps, hedgespec.vllm_proposer), vLLM's own
-n-gram lookup, or none, from the one typed config. vllm is imported here and in vllm_proposer only.
+n-gram lookup, or none, from the one typed config. vllm is imported here only: the proposer
+(vllm_proposer.py) and its worker methods (vllm_control.py) are named to vLLM, which loads them in its worker.
 
 vLLM verifies the drafts and batches every running request into each step; its worker process
 calls the proposer after each step with every request's newly committed tokens. The proposer's
@@ -23,7 +24,7 @@ from hedgespec.sampling import Sampling
 RPC_TIMEOUT_S = 10.0  # a worker RPC (the proposer's state) that takes longer: the engine is stuck
 PROPOSER_ENV = "HEDGESPEC_VLLM_PROPOSER"  # the EngineConfig (JSON) the proposer builds its pool from
 PROPOSER = "hedgespec.vllm_proposer.HedgeSpecProposer"
-EXTENSION = "hedgespec.vllm_proposer.ProposerControl"  # worker methods: the proposer's state, and its release
+EXTENSION = "hedgespec.vllm_control.ProposerControl"  # worker methods: the proposer's state, and its release
 
 
 def engine_arguments(config: EngineConfig) -> dict:

@@ -37,7 +37,6 @@ calls `load_model`): `input_batch.req_ids` names the rows and `requests` holds e
 SamplingParams, whose `extra_args["hedgespec"]` carries the request's own speculation
 (vllm_engine.speculation_args). This reads vLLM 0.32's runner, pinned in pyproject.toml.
 """
-import math
 import os
 import sys
 import time
@@ -48,12 +47,13 @@ import torch
 from hedgespec.arms import RoundCosts, StepCosts
 from hedgespec.calibration import DepthCalibration
 from hedgespec.config import EngineConfig, SelectorConfig
+from hedgespec.copies import CopyOdds
 from hedgespec.decode import Request, Round, Speculation, through_eos
 from hedgespec.drafters import build_drafters
 from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
 from hedgespec.engine import build_selector, delayed_losses
 from hedgespec.interfaces import Verified
-from hedgespec.learners.priors import Learned, WarmStarts
+from hedgespec.learners.priors import WarmStarts
 from hedgespec.load_gate import ALL, COPY, NONE, LoadGate
 from hedgespec.models import loading
 from hedgespec.pool import LocalPool
@@ -77,11 +77,7 @@ class _Live:
     draft_seconds: float = 0.0
     budget: int = 0  # the most tokens the next step may draft
     gated: bool = False  # the last step played no round for it (the gate's COPY or NONE)
-    # its copies' first tokens accepted and rejected, and their later tokens (given the one before was
-    # accepted): a copy's first token is its gamble; once a text copies, it goes on. Priors of 4 in 5
-    # accepted: optimism, so that a new request tries its copies (one that drafts none learns nothing)
-    copy_first: list[float] = field(default_factory=lambda: [2.0, 0.5])
-    copy_later: list[float] = field(default_factory=lambda: [2.0, 0.5])
+    copies: CopyOdds = field(default_factory=CopyOdds)  # how its copies have fared
     unplayed: list[int] = field(default_factory=list)  # committed since the last round played, not yet scored
     rounds: list[Round] = field(default_factory=list)  # what the response reports (decode.Generation.stats)
 
@@ -197,11 +193,7 @@ class HedgeSpecProposer:
         self.copier.extend(request_id, verified.tokens)
         if live.gated:  # no round was played for this step: its tokens wait for the next one that is
             if live.draft:  # a copy was verified: vLLM committed its accepted tokens and one more
-                accepted = len(committed) - 1
-                live.copy_first[accepted == 0] += 1
-                if accepted:
-                    live.copy_later[0] += accepted - 1
-                    live.copy_later[1] += accepted < len(live.draft)
+                live.copies.record(len(live.draft), len(committed) - 1)
             live.unplayed += verified.tokens
             live.rounds.append(Round(COPY if verified.drafted else None, verified.drafted, verified.accepted,
                                      len(verified.tokens), step_share or 0.0, live.draft_seconds, step_share or 0.0))
@@ -236,21 +228,10 @@ class HedgeSpecProposer:
         return list(draft.tokens)
 
     def _copy_length(self, live: _Live) -> int:
-        """How far the request's copy should reach. A step's time is the line a + b t over its t tokens,
-        so one more draft token adds b seconds, and pays where the chance that it is accepted beats b
-        times the tokens per second the steps commit now (the rate it would otherwise dilute): nearly
-        always in a small batch, where b is small against a, and only for likely tokens in a
-        compute-bound one. The i-th token's chance is the request's rate of accepted first tokens times
-        its rate of accepted later ones to the power i - 1."""
+        """How far the request's copy should reach (copies.CopyOdds.reach): a draft token adds the
+        step line's cost per token, and must beat it at the tokens per second the steps commit now."""
         _, per_token = self.steps.line()
-        threshold = per_token * self.tokens_per_s
-        first, later = (hits / (hits + misses) for hits, misses in (live.copy_first, live.copy_later))
-        if threshold <= 0.0:
-            return live.budget
-        if first < threshold:
-            return 0
-        # the priors keep both rates strictly between 0 and 1
-        return min(live.budget, 1 + int(math.log(threshold / first) / math.log(later)))
+        return live.copies.reach(live.budget, per_token * self.tokens_per_s)
 
     def _catch_up(self, request_id: str, live: _Live) -> None:
         """Before the request's next round, the tokens committed while the gate held it back: the
@@ -339,33 +320,3 @@ class HedgeSpecProposer:
         """Requests holding state here (drafters', learners', rounds not yet collected): 0 when idle."""
         return len(self.live) + len(self.finished) + self.pool.active + len(self.copier.requests)
 
-
-class ProposerControl:
-    """Mixed into vLLM's worker (engine argument worker_extension_cls) for AsyncLLM.collective_rpc."""
-
-    def _hedgespec(self) -> HedgeSpecProposer | None:
-        drafter = getattr(getattr(self, "model_runner", None), "drafter", None)
-        return drafter if isinstance(drafter, HedgeSpecProposer) else None
-
-    def hedgespec_active(self) -> int:
-        proposer = self._hedgespec()
-        return proposer.active if proposer else 0
-
-    def hedgespec_costs(self) -> dict:
-        proposer = self._hedgespec()
-        return proposer.costs_snapshot() if proposer else {}
-
-    def hedgespec_release(self, request_ids: list[str]) -> dict[str, list[tuple]]:
-        proposer = self._hedgespec()
-        return proposer.release(request_ids) if proposer else {}
-
-    def hedgespec_learned(self) -> Learned:
-        """What the learners of the requests that ended here taught (their warm-start prior's share)."""
-        proposer = self._hedgespec()
-        return proposer.warm.learned() if proposer else {}
-
-    def hedgespec_adopt(self, merged: Learned) -> None:
-        """New requests' learners start from `merged`: what every engine's requests taught."""
-        proposer = self._hedgespec()
-        if proposer:
-            proposer.warm.adopt(merged)

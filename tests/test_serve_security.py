@@ -12,7 +12,9 @@ import httpx
 import pytest
 import schemathesis
 
+from deployments.admission import CallerSlots
 from deployments.local import local_app, serve_args
+from deployments.openai_api import APIError
 
 CONFIG = "configs/serve-tiny.yaml"
 MODEL = "hedgespec-tiny"
@@ -140,6 +142,21 @@ def test_concurrent_requests_per_key_get_429_with_retry_after(server):
         assert completion(server, KEYS[1], max_tokens=4).status_code == 200  # another key has its own slots
     finally:
         context.__exit__(None, None, None)
+
+
+def test_a_key_s_slots_come_back_when_its_requests_end_and_keyless_callers_are_not_counted():
+    slots = CallerSlots(limit=2, retry_after_s=3)
+    slots.take("a"), slots.take("a")
+    with pytest.raises(APIError) as refused:
+        slots.take("a")
+    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "3"}
+    slots.take("b")  # another key has its own
+    slots.give_back("a")
+    slots.take("a")
+    for _ in range(5):
+        slots.take(None)
+    slots.give_back("a"), slots.give_back("a"), slots.give_back("b")
+    assert not slots.held  # no key left behind once its requests ended
 
 
 def test_a_full_queue_gets_503_with_retry_after(server):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hedgespec import vllm_proposer
+from hedgespec import vllm_control, vllm_proposer
 from hedgespec.arms import StepCosts
 from hedgespec.bench.proposer import StandInRunner, verify_greedy
 from hedgespec.config import EngineConfig, SelectorConfig
@@ -209,7 +209,7 @@ def test_what_ended_requests_learned_is_handed_out_and_a_merged_prior_adopted(pr
     """The worker RPCs behind the Selector's sharing (deployments/vllm_target.py): a warm-starting
     request that ended is this engine's share; a merged prior is what the next request starts from."""
     proposer, runner, clock = proposer
-    worker = type("Worker", (vllm_proposer.ProposerControl,), {"model_runner": SimpleNamespace(drafter=proposer)})()
+    worker = type("Worker", (vllm_control.ProposerControl,), {"model_runner": SimpleNamespace(drafter=proposer)})()
     warm = SelectorConfig(name="hedgespec", loss="eal", warm_start=True)
     runner.add("a", max_tokens=12, selector=warm)
     drive(proposer, runner, clock, {"a": PERIOD * 40}, prompt_len=9, steps=6)

@@ -1,7 +1,7 @@
 """`hedgespec bench forward`: the target's forward cost against the number of new tokens after a
 cached context, with the default CPU kernels and with the weights prepacked for oneDNN, one
 process (what a round's verify costs at each draft length, models/kernels.py)."""
-import time
+import statistics
 
 import torch
 
@@ -13,24 +13,7 @@ SIZES = (1, 2, 3, 4, 6, 8)
 
 def forward_ms(lm: CachedLM, context: int, sizes=SIZES, repeats: int = 15, seed: int = 0) -> dict[int, float]:
     """Median ms of a forward over n new tokens after `context` cached tokens, per n."""
-    generator = torch.Generator().manual_seed(seed)
-    rid = "bench-forward"
-    lm.start(rid)
-    try:
-        lm.forward(rid, torch.randint(0, lm.vocab, (context,), generator=generator).tolist())
-        out = {}
-        for n in sizes:
-            times = []
-            for _ in range(repeats):
-                tokens = torch.randint(0, lm.vocab, (n,), generator=generator).tolist()
-                start = time.perf_counter()
-                lm.forward(rid, tokens)
-                times.append(time.perf_counter() - start)
-                lm.crop(rid, context)
-            out[n] = 1e3 * sorted(times)[len(times) // 2]
-        return out
-    finally:
-        lm.release(rid)
+    return {n: 1e3 * statistics.median(seconds) for n, seconds in lm.forward_seconds(sizes, context, repeats, seed).items()}
 
 
 def main(model: str, dtype: str, context: int) -> int:

@@ -3,6 +3,8 @@
 Speculative decoding feeds drafts that may be rejected, so both the target and LM drafters need
 to append a block of tokens in one forward and later cut the cache back to the committed length.
 """
+import time
+
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
@@ -45,14 +47,29 @@ class CachedLM:
         and draft times it measured (arms.py): such first forwards would be among its first samples.
         (The H200's stalled first drafting rounds came back with the warm-up in place, for another
         cause; arms.py's medians are what keep one slow round from pricing an arm out.)"""
-        self.start("warm-up")
+        self.forward_seconds(sizes, context)
+
+    def forward_seconds(self, sizes, context: int, repeats: int = 1, seed: int = 0) -> dict[int, list[float]]:
+        """The seconds of `repeats` forwards over n new tokens after `context` cached ones, per n in
+        `sizes`: random tokens on a scratch request, cropped back to the context after each."""
+        generator = torch.Generator().manual_seed(seed)
+        tokens = lambda n: torch.randint(0, self.vocab, (n,), generator=generator).tolist()  # noqa: E731
+        scratch = "forward-seconds"
+        self.start(scratch)
         try:
-            self.forward("warm-up", [0] * context)
+            self.forward(scratch, tokens(context))
+            seconds = {}
             for n in sizes:
-                self.forward("warm-up", [0] * n)
-                self.crop("warm-up", context)
+                seconds[n] = []
+                for _ in range(repeats):
+                    drafted = tokens(n)
+                    start = time.perf_counter()
+                    self.forward(scratch, drafted)
+                    seconds[n].append(time.perf_counter() - start)
+                    self.crop(scratch, context)
+            return seconds
         finally:
-            self.release("warm-up")
+            self.release(scratch)
 
     def crop(self, request_id: str, length: int) -> None:
         """Forget every cached position at or after `length`."""

@@ -102,7 +102,7 @@ class CallerSlots:
     taken when a request is admitted and given back however it ends, on the event loop or on a
     decode thread (hence the lock). Callers without a key (an open server) have only the queue."""
 
-    def __init__(self, limit: int, retry_after_s: float):
+    def __init__(self, limit: int, retry_after_s: int):
         self.limit, self.retry_after_s = limit, retry_after_s
         self.held: Counter = Counter()
         self.lock = threading.Lock()

@@ -2,10 +2,10 @@
 
 One Ray instance and one Serve app for the whole module (Ray start-up costs seconds)."""
 import concurrent.futures
-import time
 
 import pytest
 
+from app_state import no_state
 from deployments.local import local_app, serve_args
 from hedgespec.config import ServeConfig
 from hedgespec.engine import Engine
@@ -34,17 +34,6 @@ def reference():
 def openai_client(server):
     from openai import OpenAI
     return OpenAI(base_url=str(server.base_url) + "/v1", api_key="unused", max_retries=0)
-
-
-def wait_for_no_state(server, timeout=30.0) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        stats = server.get("/stats").json()
-        if stats["in_flight"] == stats["target"] == stats["selector"] == 0 and not any(stats["groups"].values()):
-            return stats
-        if time.time() > deadline:
-            return stats
-        time.sleep(0.2)
 
 
 def test_models_and_health(server):
@@ -97,7 +86,7 @@ def test_concurrent_requests_across_two_group_replicas(server, reference):
     from ray import serve
     lm_group = serve.status().applications["hedgespec"].deployments["DrafterGroup-lm"]
     assert lm_group.replica_states.get("RUNNING") == 2
-    assert wait_for_no_state(server)["in_flight"] == 0
+    no_state(server)
 
 
 BAD = [
@@ -145,7 +134,7 @@ def test_a_request_can_pin_its_drafter_k_and_objective(server, reference):
     # the last one has a budget, depend on when the learner's steps land)
     assert paper["choices"][0]["text"] == reference[(prompt, False)]
     assert paper["hedgespec"]["rounds_by_drafter"].get("none", 0) <= 1
-    assert wait_for_no_state(server)["in_flight"] == 0
+    no_state(server)
 
 
 def test_bad_chat_input(server):
@@ -164,6 +153,5 @@ def test_client_disconnect_mid_stream_frees_all_state(server):
             received += line.startswith("data:")
             if received >= 3:
                 break  # leave mid-stream
-    stats = wait_for_no_state(server)
-    assert stats["in_flight"] == stats["target"] == stats["selector"] == 0 and not any(stats["groups"].values())
+    stats = no_state(server)
     assert stats["cancelled"] == cancelled_before + 1  # stopped by the disconnect, not run to the end

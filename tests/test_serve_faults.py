@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from app_state import no_state
 from deployments.local import local_app, serve_args
 from hedgespec.config import ServeConfig
 from hedgespec.engine import Engine
@@ -97,14 +98,6 @@ def in_flight_while(server, prompts, fault):
             assert event.wait(60)
         fault()
         return [f.result(timeout=180) for f in futures]
-
-
-def no_state(server) -> dict:
-    def clean():
-        stats = server.get("/stats").json()
-        return stats["in_flight"] == stats["target"] == stats["selector"] == 0 and not any(stats["groups"].values())
-    wait_until(clean, 30, "per-request state to be freed")
-    return server.get("/stats").json()
 
 
 def test_a_drafter_group_replica_killed_mid_request_changes_no_text(server, reference):

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from app_state import no_state
 from deployments.local import local_app, serve_args
 from hedgespec.vllm_engine import PROPOSER_ENV
 
@@ -53,15 +54,6 @@ def reference(server):
     return {p: chat(server, p, speculate=False)["choices"][0]["message"]["content"] for p in PROMPTS}
 
 
-def wait_for_no_state(server, timeout=30.0) -> dict:
-    deadline = time.time() + timeout
-    while (stats := server.get("/stats").json())["in_flight"] or any(stats["target"].values()):
-        if time.time() > deadline:
-            break
-        time.sleep(0.2)
-    return stats
-
-
 def test_greedy_text_through_hedgespec_equals_vllm_without_speculation(server, reference):
     for prompt in PROMPTS:
         answer = chat(server, prompt)
@@ -84,7 +76,7 @@ def test_concurrent_requests_keep_the_text_they_have_alone(server, reference):
         answers = list(pool.map(lambda p: chat(server, p), prompts))
     for prompt, answer in zip(prompts, answers):
         assert answer["choices"][0]["message"]["content"] == reference[prompt]
-    assert wait_for_no_state(server)["target"] == {"requests": 0, "proposer": 0}
+    no_state(server)
 
 
 def test_stop_strings_and_max_tokens_end_the_text_as_on_the_hf_backend(server, reference):
@@ -113,8 +105,7 @@ def test_streaming_matches_and_a_client_that_leaves_frees_all_state(server, refe
     with httpx.Client(base_url=server.base_url, timeout=60) as leaving:
         with leaving.stream("POST", "/v1/completions", json=endless) as response:
             next(line for line in response.iter_lines() if line.startswith("data: {"))
-    stats = wait_for_no_state(server)
-    assert stats["in_flight"] == 0 and stats["target"] == {"requests": 0, "proposer": 0}, stats
+    stats = no_state(server)
     assert stats["cancelled"] >= 1
 
 
@@ -129,7 +120,7 @@ def test_a_sampled_request_is_served_and_frees_its_state(server):
     answer = chat(server, PROMPTS[0], temperature=0.8, seed=7)
     assert answer["usage"]["completion_tokens"] > 0 and answer["choices"][0]["message"]["content"]
     assert answer["hedgespec"]["rounds"] >= 1
-    assert wait_for_no_state(server)["target"] == {"requests": 0, "proposer": 0}
+    no_state(server)
 
 
 def test_the_selector_holds_what_the_requests_learners_learned(server):

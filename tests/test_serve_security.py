@@ -168,8 +168,8 @@ def test_a_key_s_slots_come_back_when_its_requests_end_and_keyless_callers_are_n
 
 def test_a_full_queue_gets_503_with_retry_after(server):
     """Two streams decode (max_ongoing_requests), a third request waits (max_queued_requests): a fourth is
-    refused. They arrive one after another: Ray Serve counts its queue per proxy without a lock, so
-    requests that arrive together can all get in, or a request still being placed can count as queued."""
+    refused. They arrive one after another: for requests that arrive together Ray Serve's queue count was
+    seen here to let all of them in, or to count one still being placed as queued."""
     no_state(server, headers=auth())  # the slots of earlier tests' requests are back (a disconnect frees them a moment later)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         with contextlib.ExitStack() as streams:

@@ -10,7 +10,6 @@ import pathlib
 import time
 
 import hypothesis
-import httpx
 import pytest
 import schemathesis
 

@@ -159,16 +159,17 @@ class Ingress:
 
     def _generate(self, job: Job, on_text=None) -> Generation:
         rid = job.request_id
-        pool = RemotePool(self.groups, rid, self.background) if self.groups and job.speculate else None
-        if pool and job.selector.name == "fixed":  # a pinned drafter: no learner to ask, none to wait for
-            selector = build_selector(job.selector, pool.names, job.k, job.seed)
-        else:
-            selector = RemoteSelector(self.selector, rid, self.background, job.seed, job.selector, job.k) if pool else None
-        losses = delayed_losses(job.selector, len(pool.names), job.k, self.costs, self.calibration) if pool else None
-        stream = TextStream(self.tokenizer, job.max_tokens, job.stop, self.eos_ids)
-        request = DecodeRequest(job.tokens, job.max_tokens, job.sampling, job.seed, job.stop, job.text, rid)
         self.in_flight[rid] = job.cancel
+        pool = selector = None
         try:
+            pool = RemotePool(self.groups, rid, self.background) if self.groups and job.speculate else None
+            if pool and job.selector.name == "fixed":  # a pinned drafter: no learner to ask, none to wait for
+                selector = build_selector(job.selector, pool.names, job.k, job.seed)
+            elif pool:
+                selector = RemoteSelector(self.selector, rid, self.background, job.seed, job.selector, job.k)
+            losses = delayed_losses(job.selector, len(pool.names), job.k, self.costs, self.calibration) if pool else None
+            stream = TextStream(self.tokenizer, job.max_tokens, job.stop, self.eos_ids)
+            request = DecodeRequest(job.tokens, job.max_tokens, job.sampling, job.seed, job.stop, job.text, rid)
             generation = decode(request, RemoteTarget(self.target, rid), pool, selector, stream, job.k, losses,
                                 on_text, job.cancel.is_set)
         except Exception as error:

@@ -35,6 +35,9 @@ def local_apps(apps: dict[str, dict], num_cpus: int = 4, timeout_s: float = 300,
                env: dict[str, str] | None = None):
     """local_app for several apps (name -> args) side by side in one Ray instance; yields a client per app."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance: no token to distribute
+    # ...and no load balancer to deregister from: behind HAProxy (README, "Ray Serve's high-throughput
+    # settings") an ingress replica otherwise stays up 30 s after shutdown begins
+    os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "0")
     import ray
 
     metrics = {"_metrics_export_port": metrics_export_port, "_system_config": {"metrics_report_interval_ms": 1000}}

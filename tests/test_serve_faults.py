@@ -49,12 +49,17 @@ def reference():
 
 
 def kill_replica(deployment: str) -> str:
-    """Kills one running replica of a deployment the way a crash would (Serve then starts another)."""
+    """Kills one running replica of a deployment the way a crash would (Serve then starts another);
+    returns once it is dead (ray.kill only asks)."""
     import ray
-    names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                   if a["namespace"] == "serve" and f"#{deployment}#" in a["name"])
+
+    def replicas() -> list[str]:
+        return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                      if a["namespace"] == "serve" and f"#{deployment}#" in a["name"])
+    names = replicas()
     assert names, f"no replica of {deployment}"
     ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
+    wait_until(lambda: names[0] not in replicas(), timeout=30, what=f"{names[0]} to die")
     return names[0]
 
 

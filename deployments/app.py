@@ -31,8 +31,9 @@ def build_app(args: dict) -> Application:
         target = VLLMTargetDeployment.options(**placement).bind(engine.model_dump(), selector)
         return ingress.bind(config.model_dump(), target, [], selector, [])
     # the HF decode loop runs in the ingress's worker threads and calls the other deployments through
-    # blocking handles; Serve's throughput-optimized mode (cluster/serving.env) runs a replica's router
-    # on its event loop, which those threads cannot use, so this ingress keeps its router on a loop of its own
+    # blocking handles; Serve's throughput-optimized mode (README, "Ray Serve's high-throughput settings")
+    # runs a replica's router on its event loop, which those threads cannot use, so this ingress keeps
+    # its router on a loop of its own
     ingress = ingress.options(ray_actor_options=small | {
         "runtime_env": {"env_vars": {"RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1"}}})
     target = TargetDeployment.options(**placement).bind(engine.target.model_dump(), engine.threads, engine.k)

@@ -18,24 +18,24 @@ def build_app(args: dict) -> Application:
                                        "resources": config.target_resources}}
     small = {"num_cpus": config.small_num_cpus}
     limits = config.limits
+    # the HF decode loop runs in the ingress's worker threads and calls the other deployments through
+    # blocking handles; Serve's throughput-optimized mode (README, "Ray Serve's high-throughput settings")
+    # runs a replica's router on its event loop, which those threads cannot use, so that ingress keeps
+    # its router on a loop of its own
+    own_router_loop = {} if engine.target.backend == "vllm" else {
+        "runtime_env": {"env_vars": {"RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1"}}}
     # Serve's own queue in front of the ingress: beyond it a 503 with Retry-After, before any work is done
-    ingress = Ingress.options(max_ongoing_requests=limits.max_ongoing_requests,
+    ingress = Ingress.options(ray_actor_options=small | own_router_loop,
+                              max_ongoing_requests=limits.max_ongoing_requests,
                               max_queued_requests=limits.max_queued_requests,
                               backpressure_config=BackpressureConfig(status_code=503, retry_after_s=limits.retry_after_s))
     if engine.target.backend == "vllm":
-        ingress = ingress.options(ray_actor_options=small)
         # the drafters and the learners run inside the engine's steps (hedgespec.vllm_proposer says why); the
         # Selector merges what they learn across requests (deployments/vllm_target.py)
         names = [d.name for d in engine.drafters]
         selector = SelectorDeployment.options(ray_actor_options=small).bind(engine.selector.model_dump(), names, engine.k)
         target = VLLMTargetDeployment.options(**placement).bind(engine.model_dump(), selector)
         return ingress.bind(config.model_dump(), target, [], selector, [])
-    # the HF decode loop runs in the ingress's worker threads and calls the other deployments through
-    # blocking handles; Serve's throughput-optimized mode (README, "Ray Serve's high-throughput settings")
-    # runs a replica's router on its event loop, which those threads cannot use, so this ingress keeps
-    # its router on a loop of its own
-    ingress = ingress.options(ray_actor_options=small | {
-        "runtime_env": {"env_vars": {"RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1"}}})
     target = TargetDeployment.options(**placement).bind(engine.target.model_dump(), engine.threads, engine.k)
     groups, names = [], []
     for group in config.drafter_groups():

@@ -1,5 +1,5 @@
 """A running app's /stats as the HTTP tests read it: once its requests have ended, no part of the app
-holds state for any of them."""
+holds state for any of them; and a client that leaves a stream."""
 import time
 
 
@@ -19,3 +19,12 @@ def no_state(server, timeout: float = 30.0, headers: dict | None = None) -> dict
         assert time.time() < deadline, f"per-request state still held: {stats}"
         time.sleep(0.2)
     return stats
+
+
+def leave_a_stream(client, body: dict, events: int, path: str = "/v1/completions") -> None:
+    """Opens a streamed request, reads its first `events` text events and leaves mid-stream (the
+    response closes at the end of the block: the client disconnects)."""
+    with client.stream("POST", path, json=body) as response:
+        texts = (line for line in response.iter_lines() if line.startswith("data: {"))
+        for _ in range(events):
+            next(texts)

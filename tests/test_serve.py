@@ -5,7 +5,7 @@ import concurrent.futures
 
 import pytest
 
-from app_state import no_state
+from app_state import leave_a_stream, no_state
 from deployments.local import local_app, serve_args
 from hedgespec.config import ServeConfig
 from hedgespec.engine import Engine
@@ -147,11 +147,6 @@ def test_bad_chat_input(server):
 def test_client_disconnect_mid_stream_frees_all_state(server):
     cancelled_before = server.get("/stats").json()["cancelled"]
     body = {"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 250, "temperature": 0, "stream": True}
-    with server.stream("POST", "/v1/completions", json=body) as response:
-        received = 0
-        for line in response.iter_lines():
-            received += line.startswith("data:")
-            if received >= 3:
-                break  # leave mid-stream
+    leave_a_stream(server, body, events=3)
     stats = no_state(server)
     assert stats["cancelled"] == cancelled_before + 1  # stopped by the disconnect, not run to the end

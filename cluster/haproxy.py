@@ -12,7 +12,7 @@ and so the OpenAI client, writes headers and body separately; whether the two re
 on timing. Without splicing, both forms stop (README, "Ray Serve's high-throughput settings").
 
 Why it ends with its parent: Ray's proxy actor stops HAProxy when Serve shuts down, but an actor
-that is killed (a driver stopped by a signal, `ray stop --force`, the OOM killer) cannot, and the
+that is killed (its driver killed by SIGKILL, `ray stop --force`, the OOM killer) cannot, and the
 HAProxy left behind holds the HTTP and stats ports, so that the next Serve on the machine fails to
 start ("cannot bind socket"). The kernel sends it SIGTERM (HAProxy's immediate stop) when the thread
 that started it exits: Ray starts it from the actor's event-loop thread, which lives as long as the

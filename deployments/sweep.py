@@ -198,7 +198,9 @@ def run(config_path: str, prompts: list[str], kinds: list[str], levels: list[int
                     if prompt in reference["texts"] for text in texts]
             level["greedy_equal_to_baseline"] = f"{sum(same)}/{len(same)}"
             level["vs_baseline"] = paired_ratio(level["tokens_per_s_repeats"], reference["tokens_per_s_repeats"])
-    return {"config": config_path, "target": config.engine.target.model_dump(), "k": config.engine.k,
+    target = config.engine.target
+    return {"config": config_path, "target": target.model_dump(), "dtype": resolve_dtype(target.dtype, target.device),
+            "k": config.engine.k,
             "kinds": list(runs), "levels": levels, "repeats": repeats, "requests_per_client": per_client,
             "max_tokens": max_tokens,
             "prompts": len(prompts), "eager": eager, "single_prompts": len(single or []), "startup_s": startup,
@@ -217,7 +219,7 @@ def plot(result: dict, path: str) -> None:
     axis.set_xlabel("concurrent streaming clients")
     axis.set_ylabel("aggregate output tokens/s")
     target = result["target"]
-    axis.set_title(f"{target['model']} on {target['backend']}, greedy, <= {result['max_tokens']} tokens", fontsize=9)
+    axis.set_title(f"{target['model']} on {target['backend']} ({result['dtype']}), greedy, <= {result['max_tokens']} tokens", fontsize=9)
     axis.grid(alpha=0.3)
     axis.legend(title="speculation")
     figure.tight_layout()
@@ -235,7 +237,7 @@ def main(config_path: str, prompts: list[str], kinds: list[str], levels: list[in
         plot(result, plot_out)
     ms = lambda v: "-" if v is None else f"{1e3 * v:.0f}"  # noqa: E731
     target = result["target"]
-    print(f"{config_path}: {target['model']} on {target['backend']} ({resolve_dtype(target['dtype'], target['device'])}), "
+    print(f"{config_path}: {target['model']} on {target['backend']} ({result['dtype']}), "
           f"K={result['k']}, greedy, <= {max_tokens} tokens, {len(prompts)} prompts, {per_client} requests per client "
           f"(every prompt at least once per level){', eager' if eager else ''}; the kinds side by side, taking turns, "
           f"{repeats} repeat(s) per level (tokens/s: the median; vs {kinds[0]}: the median of the repeats' ratios) "

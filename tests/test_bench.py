@@ -233,6 +233,7 @@ def test_bench_engines_runs_every_kind_in_turn_and_counts_every_request(monkeypa
     for kind in ("none", "hedgespec"):
         assert all(len(rates) == 2 and min(rates) > 0 for rates in result["tokens_per_s_repeats"][kind].values())
     assert all(ratio == 1.0 for ratio in result["vs_baseline"]["none"].values())
+    assert result["dtype"] in ("bfloat16", "float32")  # what `dtype: auto` ran as, stated with the figures
 
 
 def test_bench_proposer_holds_the_modes_it_is_given_and_refuses_an_unknown_one(monkeypatch, capsys):

@@ -30,6 +30,7 @@ def test_bench_load_sweeps_clients_per_kind_and_speculation_changes_no_greedy_te
     result = sweep.run("configs/serve-tiny.yaml", prompts, ["none", "hedgespec"], [1, 3], 1, 16,
                        single=["one two one two one two"], pinned=["prompt-lookup"], repeats=2)
     assert result["kinds"] == ["none", "hedgespec", "prompt-lookup alone"]
+    assert result["dtype"] == "float32"  # the config's, stated with the figures
     for kind in result["kinds"]:
         run = result["runs"][kind]
         assert [level["clients"] for level in run["levels"]] == [1, 3]

@@ -71,7 +71,8 @@ def run(config: EngineConfig, prompts: list[str], kinds: list[str], levels: list
         for engine in engines.values():
             engine.shutdown()
     baseline = kinds[0]
-    return {"target": config.target.model_dump(), "k": config.k, "kinds": kinds, "levels": levels, "repeats": repeats,
+    return {"target": config.target.model_dump(), "dtype": loading.resolve_dtype(config.target.dtype, config.target.device),
+            "k": config.k, "kinds": kinds, "levels": levels, "repeats": repeats,
             "requests_per_client": per_client, "max_tokens": max_tokens, "prompts": len(prompts),
             "tokens_per_s": {kind: {n: statistics.median(r) for n, r in by_level.items()} for kind, by_level in rates.items()},
             "tokens_per_s_repeats": rates,
@@ -84,7 +85,7 @@ def main(config: EngineConfig, prompts: list[str], kinds: list[str], levels: lis
          max_tokens: int, repeats: int) -> dict:
     result = run(config, prompts, kinds, levels, per_client, max_tokens, repeats)
     target = result["target"]
-    print(f"{target['model']} in vLLM engines in one process ({loading.resolve_dtype(target['dtype'], target['device'])}), "
+    print(f"{target['model']} in vLLM engines in one process ({result['dtype']}), "
           f"K={config.k}, greedy, <= {max_tokens} tokens, {len(prompts)} prompts, {per_client} requests per client, "
           f"{repeats} repeat(s) per level, kinds taking turns (tokens/s: the median; vs {kinds[0]}: the median of the "
           f"repeats' ratios)")

@@ -10,17 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from deployments.local import free_port
+
 WRAPPER = Path(sys.executable).parent / "hedgespec-haproxy"  # the console script, next to the interpreter
 # a parent that starts it as Ray's proxy actor does (a child process with Ray's -db -f), prints its
 # pid, and waits to be killed
 PARENT = ("import subprocess, sys, time; child = subprocess.Popen([sys.argv[1], '-db', '-f', sys.argv[2]]); "
           "print(child.pid, flush=True); time.sleep(600)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answers(port: int) -> bool:

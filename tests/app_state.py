@@ -1,6 +1,6 @@
 """A running app's /stats as the HTTP tests read it: once its requests have ended, no part of the app
-holds state for any of them; clients that leave, mid-stream or before a plain answer; and the HAProxy
-processes in front of it."""
+holds state for any of them; clients that leave, mid-stream or before a plain answer; the HAProxy
+processes in front of it; and waiting for a change of any of these."""
 import json
 import socket
 import time
@@ -23,6 +23,14 @@ def no_state(server, timeout: float = 30.0, headers: dict | None = None) -> dict
         assert time.time() < deadline, f"per-request state still held: {stats}"
         time.sleep(0.2)
     return stats
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    """Polls `condition` until it holds; fails after `timeout` seconds, naming `what` it waited for."""
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
 
 
 def leave_a_stream(client, body: dict, events: int, path: str = "/v1/completions") -> None:

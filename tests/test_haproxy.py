@@ -5,11 +5,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from app_state import wait_until
 from deployments.local import free_port
 
 WRAPPER = Path(sys.executable).parent / "hedgespec-haproxy"  # the console script, next to the interpreter
@@ -36,15 +36,6 @@ def ended(pid: int) -> bool:
         return True
 
 
-def wait_for(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 @pytest.fixture
 def config(tmp_path):
     port = free_port()
@@ -60,12 +51,12 @@ def test_it_serves_with_splice_off_and_ends_with_the_process_that_started_it(con
     pid = None
     try:
         pid = int(parent.stdout.readline())
-        assert wait_for(lambda: answers(port), 10), "HAProxy did not answer on its port"
+        wait_until(lambda: answers(port), 10, "HAProxy to answer on its port")
         args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         assert args[0].endswith("/haproxy") and args[1] == "-dS", args  # the wrapper exec'd HAProxy itself
         parent.send_signal(signal.SIGKILL)  # as a killed Ray actor: no chance to stop its child
         parent.wait()
-        assert wait_for(lambda: ended(pid), 5), "HAProxy outlived the process that started it"
+        wait_until(lambda: ended(pid), 5, "HAProxy to end with the process that started it")
         assert not answers(port)
     finally:
         parent.kill()

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from app_state import no_state
+from app_state import no_state, wait_until
 from deployments.local import local_app, serve_args
 from hedgespec.config import ServeConfig
 from hedgespec.engine import Engine
@@ -72,13 +72,6 @@ def running(deployment: str) -> int:
     return serve.status().applications["hedgespec"].deployments[deployment].replica_states.get("RUNNING", 0)
 
 
-def wait_until(condition, timeout=RESTART_TIMEOUT_S, what=""):
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def stream(server, prompt: str, started: threading.Event, timeout: float = 120) -> dict:
     """A greedy streaming request: its text, the status of an error event if one came, and its stats."""
     body = {"model": MODEL, "prompt": prompt, "max_tokens": TOKENS, "temperature": 0, "stream": True}
@@ -116,7 +109,7 @@ def test_a_drafter_group_replica_killed_mid_request_changes_no_text(server, refe
         assert result["error"] is None and result["text"] == reference(prompt), prompt
     # the requests that lost their group were rebuilt on a live replica (the other one, or the restarted one)
     assert server.get("/stats").json()["recovered"].get("groups", 0) > before
-    wait_until(lambda: running("DrafterGroup-lm") == 2, what="the group's replica to be restarted")
+    wait_until(lambda: running("DrafterGroup-lm") == 2, RESTART_TIMEOUT_S, what="the group's replica to be restarted")
     no_state(server)
 
 
@@ -133,7 +126,7 @@ def test_the_selector_killed_mid_request_changes_no_text_and_learning_resumes(se
         results += [f.result(timeout=180) for f in late]
     for prompt, result in zip(PROMPTS + PROMPTS[:2], results):
         assert result["error"] is None and result["text"] == reference(prompt), prompt
-    wait_until(lambda: running("Selector") == 1, what="the selector to be restarted")
+    wait_until(lambda: running("Selector") == 1, RESTART_TIMEOUT_S, what="the selector to be restarted")
     answer = server.post("/v1/completions", json={"model": MODEL, "prompt": PROMPTS[1], "max_tokens": 40,
                                                   "temperature": 0}).json()
     assert answer["choices"][0]["text"] == reference(PROMPTS[1], 40)
@@ -166,7 +159,7 @@ def test_the_target_killed_mid_request_gives_503_then_serves_again(server, refer
         response = server.post("/v1/completions", json={"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 20,
                                                         "temperature": 0}, timeout=60)
         return response.status_code == 200
-    wait_until(serves, what="the app to serve again")
+    wait_until(serves, RESTART_TIMEOUT_S, what="the app to serve again")
     answer = server.post("/v1/completions", json={"model": MODEL, "prompt": PROMPTS[3], "max_tokens": 40,
                                                   "temperature": 0}).json()
     assert answer["choices"][0]["text"] == reference(PROMPTS[3], 40)
@@ -180,7 +173,8 @@ def test_health_says_503_while_the_target_is_down_and_200_once_it_serves(server)
     down = server.get("/health", timeout=30)
     assert down.status_code == 503 and "not ready" in down.json()["error"]["message"], down.text
     assert down.headers["retry-after"] == "1"
-    wait_until(lambda: server.get("/health", timeout=30).status_code == 200, what="/health to answer 200 again")
+    wait_until(lambda: server.get("/health", timeout=30).status_code == 200, RESTART_TIMEOUT_S,
+               what="/health to answer 200 again")
     answer = server.post("/v1/completions", json={"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 20,
                                                   "temperature": 0}, timeout=60)
     assert answer.status_code == 200, answer.text

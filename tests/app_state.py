@@ -42,11 +42,12 @@ def leave_a_stream(client, body: dict, events: int, path: str = "/v1/completions
             next(texts)
 
 
-def leave_a_plain_request(client, body: dict, after_s: float, path: str = "/v1/completions") -> None:
+def leave_a_plain_request(client, body: dict, path: str = "/v1/completions") -> None:
     """Sends a plain (not streamed) request with its body in a write of its own after the headers, as
-    httpx (the OpenAI client's transport) may send it, and closes the connection `after_s` seconds
-    later, before the answer. Behind HAProxy with splice() on, the replica never heard of such a close
-    (cluster/haproxy.py)."""
+    httpx (the OpenAI client's transport) may send it, and closes the connection, before the answer,
+    as soon as the app's /stats shows the request in flight. Leaving after a fixed delay raced the
+    tiny models, which finish 240 tokens in about half a second. Behind HAProxy with splice() on,
+    the replica never heard of such a close (cluster/haproxy.py)."""
     payload = json.dumps(body).encode()
     host, port = client.base_url.host, client.base_url.port
     head = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
@@ -56,7 +57,10 @@ def leave_a_plain_request(client, body: dict, after_s: float, path: str = "/v1/c
         connection.sendall(head)
         time.sleep(0.05)
         connection.sendall(payload)
-        time.sleep(after_s)
+        deadline = time.time() + 10.0
+        while not client.get("/stats").json()["in_flight"]:
+            assert time.time() < deadline, "the request never showed in /stats"
+            time.sleep(0.01)
 
 
 def haproxy_command_lines() -> list[list[str]]:

@@ -160,7 +160,6 @@ def test_client_disconnect_mid_stream_frees_all_state(server):
 
 def test_client_that_leaves_a_plain_request_frees_all_state(server):
     cancelled_before = server.get("/stats").json()["cancelled"]
-    # 240 tokens, a target call each (1.4 s on 2 cores); the client gone after 0.5 s
     leave_a_plain_request(server, {"model": MODEL, "prompt": "abc abc abc abc abc", "max_tokens": 240,
-                                   "temperature": 0, "speculate": False}, after_s=0.5)
+                                   "temperature": 0, "speculate": False})
     assert no_state(server)["cancelled"] == cancelled_before + 1

@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     engines = bench.add_parser("engines", help="the vLLM engines alone in this process (no Ray, no HTTP): tokens/s "
                                                "per kind at N concurrent requests, to split bench load's gaps")
     engines.add_argument("--config", default="serve_config.yaml", help="Serve or engine config (default: serve_config.yaml)")
-    engines.add_argument("--kinds", default="none,hedgespec", help="comma-separated, the baseline first")
+    engines.add_argument("--kinds", default="none,hedgespec", help="comma-separated, the baseline first: none, ngram, "
+                                                                   "hedgespec, hedgespec-off (its engine, no drafts)")
     engines.add_argument("--clients", default="8,16", help="comma-separated client counts")
     engines.add_argument("--requests", type=int, default=3, help="greedy requests per client at each count")
     engines.add_argument("--repeats", type=int, default=3, help="runs of every count, all kinds in each")

@@ -236,6 +236,43 @@ def test_bench_engines_runs_every_kind_in_turn_and_counts_every_request(monkeypa
     assert result["dtype"] in ("bfloat16", "float32")  # what `dtype: auto` ran as, stated with the figures
 
 
+def test_bench_engines_runs_hedgespec_off_on_hedgespecs_engine_without_drafts(monkeypatch):
+    """`hedgespec-off` builds no engine of its own: its requests go to HedgeSpec's engine asking for
+    no speculation (speculate false in the request's extra args), HedgeSpec's own ask for it, and a
+    kind that is not one is refused before any engine starts."""
+    from hedgespec.bench import engines
+    from hedgespec.models import loading
+    built, asked = [], []
+
+    class StandIn:
+        def __init__(self, config):
+            self.kind = config.target.vllm.speculation
+            built.append(self.kind)
+
+        async def generate(self, request_id, tokens, params):
+            asked.append((self.kind, params))
+            yield SimpleNamespace(tokens=[1])
+
+        async def costs(self):
+            return {}
+
+        def shutdown(self):
+            pass
+
+    tiny = loading.load_tokenizer("tiny:0")
+    monkeypatch.setattr(engines, "VLLMEngine", StandIn)
+    monkeypatch.setattr(engines, "sampling_params", lambda max_tokens, sampling, seed, extra: extra["hedgespec"]["speculate"])
+    monkeypatch.setattr(engines.loading, "load_tokenizer", lambda model: tiny)
+    config = load_config("serve_config.yaml")
+    with pytest.raises(ValueError, match="unknown kinds"):
+        engines.run(config, ["a b"], ["none", "hedgespec-of"], [1], 1, 4, repeats=1)
+    assert built == []
+    result = engines.run(config, ["a b"], ["none", "hedgespec", "hedgespec-off"], [1], 1, 4, repeats=1)
+    assert built == ["none", "hedgespec"]
+    assert sorted(set(asked)) == [("hedgespec", False), ("hedgespec", True), ("none", True)]
+    assert set(result["tokens_per_s"]) == {"none", "hedgespec", "hedgespec-off"}
+
+
 def test_bench_proposer_holds_the_modes_it_is_given_and_refuses_an_unknown_one(monkeypatch, capsys):
     from hedgespec.bench import proposer
     from hedgespec.cli import main

@@ -7,6 +7,10 @@ two side by side split a gap between kinds into the engine's share (the proposer
 vLLM's spec-decode path) and the serving path's (the deployments, the streams, the RPCs the app
 makes per request). Per N and repeat every kind runs once, in an order rotating with both; a kind's
 tokens/s is the median over repeats, its ratio to the first kind the median of the repeats' ratios.
+
+Kind `hedgespec-off` is HedgeSpec's engine (the same one, where `hedgespec` runs too) with every
+request asking for no speculation: vLLM's spec-decode path and the proposer's call with no draft in
+any step, so that against `none` it shows what running in spec mode costs by itself.
 """
 import asyncio
 import statistics
@@ -21,24 +25,35 @@ from hedgespec.text import encode_prompt
 from hedgespec.vllm_engine import VLLMEngine, sampling_params, speculation_args
 
 
+NO_DRAFTS = "hedgespec-off"
+KINDS = ("none", "ngram", "hedgespec", NO_DRAFTS)
+
+
 def with_speculation(config: EngineConfig, kind: str, **vllm_settings) -> EngineConfig:
     """The config with the vLLM engine's speculation `kind` (and any other of its settings given)."""
     settings = config.target.vllm.model_copy(update={"speculation": kind, **vllm_settings})
     return config.model_copy(update={"target": config.target.model_copy(update={"vllm": settings})})
 
 
-async def _tokens(engine: VLLMEngine, prompt: list[int], max_tokens: int) -> int:
-    params = sampling_params(max_tokens, Sampling(), 0, speculation_args(True, None, None))
+def engine_kind(kind: str) -> str:
+    """The engine's speculation that a kind runs on."""
+    return "hedgespec" if kind == NO_DRAFTS else kind
+
+
+async def _tokens(engine: VLLMEngine, prompt: list[int], max_tokens: int, speculate: bool) -> int:
+    params = sampling_params(max_tokens, Sampling(), 0, speculation_args(speculate, None, None))
     return sum([len(piece.tokens) async for piece in engine.generate(uuid.uuid4().hex, prompt, params)])
 
 
-async def _level(engine: VLLMEngine, prompts: list[list[int]], clients: int, per_client: int, max_tokens: int) -> float:
+async def _level(engine: VLLMEngine, speculate: bool, prompts: list[list[int]], clients: int, per_client: int,
+                 max_tokens: int) -> float:
     """`clients` concurrent clients, each sending its requests one after another (request i: prompt
     i, cycling; every prompt at least once); aggregate tokens/s over the wall time."""
     total = max(len(prompts), clients * per_client)
 
     async def client(c: int) -> int:
-        return sum([await _tokens(engine, prompts[i % len(prompts)], max_tokens) for i in range(c, total, clients)])
+        return sum([await _tokens(engine, prompts[i % len(prompts)], max_tokens, speculate)
+                    for i in range(c, total, clients)])
 
     start = time.perf_counter()
     tokens = sum(await asyncio.gather(*[client(c) for c in range(clients)]))
@@ -51,18 +66,24 @@ def run(config: EngineConfig, prompts: list[str], kinds: list[str], levels: list
         raise ValueError("bench engines compares vLLM engines: the config's target.backend must be vllm")
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, not {repeats}")
+    if unknown := [kind for kind in kinds if kind not in KINDS]:
+        raise ValueError(f"unknown kinds {unknown}; expected some of {', '.join(KINDS)}")
     tokenizer = loading.load_tokenizer(config.target.model)
     encoded = [encode_prompt(tokenizer, prompt, True) for prompt in prompts]
-    engines = {kind: VLLMEngine(with_speculation(config, kind)) for kind in kinds}
+    engines = {}
+    for kind in kinds:
+        if engine_kind(kind) not in engines:
+            engines[engine_kind(kind)] = VLLMEngine(with_speculation(config, engine_kind(kind)))
+    runs = {kind: (engines[engine_kind(kind)], kind != NO_DRAFTS) for kind in kinds}
     rates = {kind: {n: [] for n in levels} for kind in kinds}
 
     async def measure() -> dict:
         for n, clients in enumerate(levels):
             for kind in kinds:  # warm-up at this concurrency (vLLM compiles per batch shape on first use)
-                await _level(engines[kind], encoded[:clients], clients, 1, 8)
+                await _level(*runs[kind], encoded[:clients], clients, 1, 8)
             for repeat in range(repeats):
                 for kind in rotated(kinds, n + repeat):
-                    rates[kind][clients].append(await _level(engines[kind], encoded, clients, per_client, max_tokens))
+                    rates[kind][clients].append(await _level(*runs[kind], encoded, clients, per_client, max_tokens))
         return {kind: await engine.costs() for kind, engine in engines.items()}
 
     try:

@@ -2,6 +2,7 @@
 
 One Ray instance and one Serve app for the whole module (Ray start-up costs seconds)."""
 import concurrent.futures
+from pathlib import Path
 
 import pytest
 
@@ -41,10 +42,15 @@ def test_models_and_health(server):
     assert [m["id"] for m in server.get("/v1/models").json()["data"]] == [MODEL]
 
 
-def test_haproxy_is_in_front_with_splice_off(server):
-    """As cluster/serving.env serves the app (tests/test_serve_python_proxy.py runs it without)."""
+def test_haproxy_is_in_front_with_splice_off_and_its_own_errors(server):
+    """As cluster/serving.env serves the app (tests/test_serve_python_proxy.py runs it without): with
+    `hedgespec-haproxy`'s copy of Ray's configuration, which names its error files."""
     lines = haproxy_command_lines()
     assert lines and all("-dS" in args for args in lines), lines
+    for args in lines:
+        config = Path(args[args.index("-f") + 1])
+        assert config.name == "hedgespec-haproxy.cfg", args
+        assert "errorfile 503 " + str(config.with_name("hedgespec-503.http")) in config.read_text()
 
 
 def test_openai_client_completion_matches_in_process_greedy(openai_client, reference):

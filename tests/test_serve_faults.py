@@ -88,27 +88,32 @@ def stream(server, prompt: str, started: threading.Event, timeout: float = 120) 
             text.append(event["choices"][0]["text"])
             stats = event.get("hedgespec", stats)
     started.set()
-    return {"text": "".join(text), "error": error, "stats": stats}
+    return {"text": "".join(text), "error": error, "stats": stats, "ended_at": time.monotonic()}
 
 
 def in_flight_while(server, prompts, fault):
-    """Streams the prompts at once; runs `fault` once every stream has produced text."""
+    """Streams the prompts at once; runs `fault` once every stream has produced text. Each result
+    says whether its stream was still running when the fault was done (`after_fault`)."""
     events = [threading.Event() for _ in prompts]
     with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
         futures = [pool.submit(stream, server, p, e) for p, e in zip(prompts, events)]
         for event in events:
             assert event.wait(60)
         fault()
-        return [f.result(timeout=180) for f in futures]
+        done = time.monotonic()
+        return [result | {"after_fault": result["ended_at"] > done} for result in (f.result(timeout=180) for f in futures)]
 
 
 def test_a_drafter_group_replica_killed_mid_request_changes_no_text(server, reference):
     before = server.get("/stats").json()["recovered"].get("groups", 0)
     results = in_flight_while(server, PROMPTS, lambda: kill_replica("DrafterGroup-lm"))
     for prompt, result in zip(PROMPTS, results):
-        assert result["error"] is None and result["text"] == reference(prompt), prompt
+        assert result["error"] is None, (prompt, result["error"])
+        assert result["text"] == reference(prompt), prompt
     # the requests that lost their group were rebuilt on a live replica (the other one, or the restarted one)
-    assert server.get("/stats").json()["recovered"].get("groups", 0) > before
+    recovered = server.get("/stats").json()["recovered"]
+    running_after = sum(result["after_fault"] for result in results)
+    assert recovered.get("groups", 0) > before, f"{recovered}; streams still running after the kill: {running_after} of {len(results)}"
     wait_until(lambda: running("DrafterGroup-lm") == 2, RESTART_TIMEOUT_S, what="the group's replica to be restarted")
     no_state(server)
 

@@ -82,7 +82,10 @@ def replicas():
             while True:
                 connection, _ = listener.accept()
                 connection.recv(65536)
-                connection.close() if close else held.append(connection)
+                if close:
+                    connection.close()
+                else:
+                    held.append(connection)
 
     for listener, close in ((closing, True), (silent, False)):
         threading.Thread(target=serve, args=(listener, close), daemon=True).start()

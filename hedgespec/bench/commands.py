@@ -1,4 +1,4 @@
-"""The `hedgespec bench` commands that compare selectors and drafters (their argument parsing is in cli.py)."""
+"""The `hedgespec bench` commands that compare selectors and drafters (their arguments are parsed in bench/cli.py)."""
 import json
 from pathlib import Path
 

@@ -44,6 +44,14 @@ def lost(error: BaseException) -> bool:
     return isinstance(error, (RayActorError, RayServeException, TimeoutError, KeyError))
 
 
+def routed(handle):
+    """The handle with its router made. Serve makes a handle's router on its first call (or
+    `.options()`) without a lock, so the decode threads' first calls on a fresh handle would each
+    make one: the first requests of a drafter group would then be placed by affinity routers that
+    do not see each other's pins, and could all land on one replica."""
+    return handle.options()
+
+
 class Calls:
     """Sequenced calls of one request (under one key) to one deployment."""
 

@@ -26,7 +26,7 @@ from ray.serve.exceptions import RequestCancelledError
 from deployments import openai_api as api
 from deployments.access import Door, api_keys
 from deployments.admission import Admission, CallerSlots, Job
-from deployments.adapters import TARGET_TIMEOUT_S, RemoteSelector, RemoteTarget, Unavailable, lost
+from deployments.adapters import TARGET_TIMEOUT_S, RemoteSelector, RemoteTarget, Unavailable, lost, routed
 from deployments.dashboard import PAGE, LiveStats
 from deployments.metrics import INGRESS_METRICS, Recorder, error_kind, record_generation
 from deployments.remote_pool import RemotePool
@@ -82,8 +82,8 @@ class Ingress:
         if self.vllm and target_config.vllm.max_model_len:
             context = min(context, target_config.vllm.max_model_len)
         self.admission = Admission(self.config, self.tokenizer, context)
-        self.target, self.selector = target, selector
-        self.groups = list(zip(groups, group_drafters))
+        self.target, self.selector = routed(target), routed(selector)
+        self.groups = list(zip(map(routed, groups), group_drafters))
         self.loops = ThreadPoolExecutor(limits.max_ongoing_requests, thread_name_prefix="decode")
         # evaluations and learner steps wait here; separate from the loops so they can never starve them
         self.background = ThreadPoolExecutor(4 * limits.max_ongoing_requests, thread_name_prefix="background")

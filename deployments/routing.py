@@ -2,10 +2,11 @@
 
 A drafter keeps per-request state (its KV cache, its n-gram index), so every call of a request must
 reach the replica that ran its `begin`. The ingress tags each call with the request id as the
-multiplexed model id; this router sends a request's first call to the least-loaded replica,
-remembers where it went, and pins every later call there until `release`. A replica that dies
-takes its pins with it: the ingress rebuilds such a request under a new id (adapters.py), and a
-late call under the old id goes wherever the router would send a new one, to fail there visibly.
+multiplexed model id; this router sends a request's first call to the replica holding the fewest
+requests, pins the request there when it chooses it, and sends every later call there until
+`release`. A replica that dies takes its pins with it: the ingress rebuilds such a request under a
+new id (adapters.py), and a late call under the old id goes wherever the router would send a new
+one, to fail there visibly.
 """
 from ray.serve.request_router import MultiplexMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
@@ -24,7 +25,13 @@ class RequestAffinityRouter(MultiplexMixin, RequestRouter):
             if pinned:
                 return [pinned]
             self._unpin(request_id)
-        return [[min(candidate_replicas, key=lambda r: self.load.get(r.replica_id, 0))]]
+        chosen = min(candidate_replicas, key=lambda r: self.load.get(r.replica_id, 0))
+        if request_id:
+            # pinned when chosen, not once routed: requests that begin together are chosen before
+            # any of them is routed, and would all see the same replica as the least loaded
+            self.owner[request_id] = chosen.replica_id
+            self.load[chosen.replica_id] = self.load.get(chosen.replica_id, 0) + 1
+        return [[chosen]]
 
     def _unpin(self, request_id: str) -> None:
         replica_id = self.owner.pop(request_id, None)
@@ -38,11 +45,5 @@ class RequestAffinityRouter(MultiplexMixin, RequestRouter):
         self.load.pop(replica_id, None)
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result) -> None:
-        request_id = pending_request.metadata.multiplexed_model_id
-        if not request_id:
-            return
         if pending_request.metadata.call_method == "release":
-            self._unpin(request_id)
-        elif request_id not in self.owner:
-            self.owner[request_id] = replica_id
-            self.load[replica_id] = self.load.get(replica_id, 0) + 1
+            self._unpin(pending_request.metadata.multiplexed_model_id)

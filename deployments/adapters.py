@@ -10,10 +10,11 @@ passed unresolved into the target's `verify` (the draft goes group -> target dir
 evaluation of every group and the learner's step run beside the next round.
 
 Faults. Speculation is an optimisation, so a drafter group or the selector that fails costs speed,
-never the request: a failed draft is replaced by the plain step, a failed group's drafters sleep
-until the request is rebuilt on a live replica (remote_pool.py), and a failed selector leaves the
-request on its last choice until a new learner is begun for it. A target that fails takes the
-request's KV cache with it: the request ends with `Unavailable` (a 503 to the client).
+never the request: a failed draft (or one still missing after DRAFT_TIMEOUT_S) is replaced by the
+plain step, a failed group's drafters sleep until the request is rebuilt on a live replica
+(remote_pool.py), and a failed selector leaves the request on its last choice until a new learner
+is begun for it. A target that fails takes the request's KV cache with it: the request ends with
+`Unavailable` (a 503 to the client).
 """
 import time
 from concurrent.futures import Executor, Future
@@ -31,6 +32,9 @@ from hedgespec.sampling import Sampling
 
 RESULT_TIMEOUT_S = 300.0
 TARGET_TIMEOUT_S = 60.0  # a verify waits behind at most every other request's forward
+# a draft missing or failed by then: the verify waiting on it may never be answered (its draft's replica
+# died as the call reached it), which held such a request for TARGET_TIMEOUT_S
+DRAFT_TIMEOUT_S = 10.0
 RETRY_AFTER_S = 1.0  # between attempts to rebuild a request on a failed group or selector
 FIRST_CHOICE_TIMEOUT_S = 2.0  # a request's first round waits this long for the selector, then draws uniformly
 
@@ -79,7 +83,7 @@ class RemoteTarget:
         seq = self.calls.seq
         try:
             try:
-                return self.calls("verify", draft).result(timeout_s=TARGET_TIMEOUT_S)
+                return _verified(self.calls("verify", draft), draft)
             except Exception:
                 if not (isinstance(draft, DeploymentResponse) and _failed(draft)):
                     raise
@@ -102,6 +106,44 @@ def wait_unless_lost(response: DeploymentResponse, timeout_s: float) -> None:
     except Exception as error:
         if not lost(error):
             raise
+
+
+def _verified(response: DeploymentResponse, draft) -> Verified:
+    """The verify's answer. Where its draft is a drafter group's answer that is missing or failed
+    after DRAFT_TIMEOUT_S, the target has not begun the verify (its argument never came) and may
+    never: a draft whose replica died as the call reached it failed with ActorUnavailableError at
+    the ingress while the verify waiting on it stayed unanswered. Both are cancelled then, and the
+    draft counts as failed."""
+    if not isinstance(draft, DeploymentResponse):
+        return response.result(timeout_s=TARGET_TIMEOUT_S)
+    try:
+        return response.result(timeout_s=DRAFT_TIMEOUT_S)
+    except TimeoutError:
+        if _arrived(draft):  # the target has the draft: the verify waits behind other requests' forwards
+            return response.result(timeout_s=TARGET_TIMEOUT_S - DRAFT_TIMEOUT_S)
+        response.cancel()
+        draft.cancel()
+        raise
+
+
+def _arrived(response: DeploymentResponse) -> bool:
+    """The call has answered without failing; asks without waiting."""
+    try:
+        response.result(timeout_s=0)
+        return True
+    except Exception:
+        return False
+
+
+def answered(response: DeploymentResponse) -> bool:
+    """The call has answered, or failed; asks without waiting."""
+    try:
+        response.result(timeout_s=0)
+        return True
+    except TimeoutError:
+        return False
+    except Exception:
+        return True
 
 
 def _failed(response: DeploymentResponse) -> bool:

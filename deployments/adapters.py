@@ -119,31 +119,23 @@ def _verified(response: DeploymentResponse, draft) -> Verified:
     try:
         return response.result(timeout_s=DRAFT_TIMEOUT_S)
     except TimeoutError:
-        if _arrived(draft):  # the target has the draft: the verify waits behind other requests' forwards
+        if outcome(draft):  # the target has the draft: the verify waits behind other requests' forwards
             return response.result(timeout_s=TARGET_TIMEOUT_S - DRAFT_TIMEOUT_S)
         response.cancel()
         draft.cancel()
         raise
 
 
-def _arrived(response: DeploymentResponse) -> bool:
-    """The call has answered without failing; asks without waiting."""
-    try:
-        response.result(timeout_s=0)
-        return True
-    except Exception:
-        return False
-
-
-def answered(response: DeploymentResponse) -> bool:
-    """The call has answered, or failed; asks without waiting."""
+def outcome(response: DeploymentResponse) -> bool | None:
+    """Asks without waiting: None while the call has not answered, else whether it answered without
+    failing."""
     try:
         response.result(timeout_s=0)
         return True
     except TimeoutError:
-        return False
+        return None
     except Exception:
-        return True
+        return False
 
 
 def _failed(response: DeploymentResponse) -> bool:

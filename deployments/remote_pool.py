@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from ray.serve.handle import DeploymentResponse
 
-from deployments.adapters import RESULT_TIMEOUT_S, RETRY_AFTER_S, Calls, answered, wait_unless_lost
+from deployments.adapters import RESULT_TIMEOUT_S, RETRY_AFTER_S, Calls, outcome, wait_unless_lost
 from hedgespec.interfaces import Verified
 from hedgespec.pool import Scores, drafter_seeds
 from hedgespec.sampling import Sampling
@@ -108,7 +108,7 @@ class RemotePool:
         that the choices do not depend on timing), but not for long: a group that is restarting
         or swamped stays asleep until it answers."""
         calls = group.calls
-        if not wait and not answered(group.begun):
+        if not wait and outcome(group.begun) is None:
             return
         try:
             group.ready = np.array(group.begun.result(timeout_s=FIRST_BEGIN_TIMEOUT_S), dtype=bool)

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from hedgespec.bench.replay import replay
 from hedgespec.config import DrafterConfig, EngineConfig, SelectorConfig, TargetConfig
 from hedgespec.drafters import artifact_path
-from hedgespec.drafters.datastore import KNOWN_FROM, Datastore, DatastoreDrafter, suffix_array
+from hedgespec.drafters.datastore import DatastoreDrafter
+from hedgespec.drafters.store import KNOWN_FROM, Datastore, suffix_array
 from hedgespec.drafters.eagle import EagleDrafter
 from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
 from hedgespec.drafters.feature_head import FeatureHead, HeadSpec, frozen_from_folder, frozen_from_model, load_head, save_head

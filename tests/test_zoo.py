@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hedgespec.config import DrafterConfig, EngineConfig, SelectorConfig, TargetConfig
-from hedgespec.drafters.datastore import Datastore
+from hedgespec.drafters.store import Datastore
 from hedgespec.drafters.feature_head import load_head, save_head
 from hedgespec.engine import Engine
 from hedgespec.interfaces import Draft

@@ -77,7 +77,8 @@ def decoys(engine: Engine, count: int, quick: bool, seed: int) -> list:
                               engine.tokenizer, engine.config.target, engine.config.k) for i in range(count)]
     from hedgespec.data import DOMAINS, data_dir
     from hedgespec.data.text import read_jsonl
-    from hedgespec.drafters.datastore import Datastore, DatastoreDrafter
+    from hedgespec.drafters.datastore import DatastoreDrafter
+    from hedgespec.drafters.store import Datastore
     rng = np.random.default_rng(seed)
     out = []
     for i in range(count):

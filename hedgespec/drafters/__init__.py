@@ -2,10 +2,11 @@
 from pathlib import Path
 
 from hedgespec.config import DrafterConfig, TargetConfig
-from hedgespec.drafters.datastore import Datastore, DatastoreDrafter
+from hedgespec.drafters.datastore import DatastoreDrafter
 from hedgespec.drafters.eagle import EagleDrafter
 from hedgespec.drafters.lm import LMDrafter
 from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
+from hedgespec.drafters.store import Datastore
 from hedgespec.models import loading
 from hedgespec.models.runner import CachedLM
 from hedgespec.paths import cache_dir

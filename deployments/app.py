@@ -19,7 +19,7 @@ def build_app(args: dict) -> Application:
     small = {"num_cpus": config.small_num_cpus}
     limits = config.limits
     # the HF decode loop runs in the ingress's worker threads and calls the other deployments through
-    # blocking handles; Serve's throughput-optimized mode (README, "Ray Serve's high-throughput settings")
+    # blocking handles; Serve's throughput-optimized mode (README, "The serving path: HAProxy and gRPC")
     # runs a replica's router on its event loop, which those threads cannot use, so that ingress keeps
     # its router on a loop of its own
     own_router_loop = {} if engine.target.backend == "vllm" else {

@@ -50,8 +50,8 @@ def local_apps(apps: dict[str, dict], num_cpus: int = 4, timeout_s: float = 300,
                env: dict[str, str] | None = None):
     """local_app for several apps (name -> args) side by side in one Ray instance; yields a client per app."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance: no token to distribute
-    # ...and no load balancer to deregister from: behind HAProxy (README, "Ray Serve's high-throughput
-    # settings") an ingress replica otherwise stays up 30 s after shutdown begins
+    # ...and no load balancer to deregister from: behind HAProxy (README, "The serving path: HAProxy
+    # and gRPC") an ingress replica otherwise stays up 30 s after shutdown begins
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "0")
     import ray
 

@@ -16,7 +16,7 @@ drafts what followed the latest earlier occurrence of its text's last n-gram, wh
 vLLM's own n-gram speculation does, but only as far as its own copies' acceptance pays for the
 compute the tokens add to the step), NONE (no request drafts). A round is mostly the proposer's own
 work (0.31 ms per request and step at a batch of 16, scoring every drafter and feeding the learner,
-against a ~26 ms step; 0.02 ms in copy steps: README, bench proposer --modes), paid whether or not
+against a ~26 ms step; 0.02 ms in copy steps: benchmarks/vllm/README.md, bench proposer --modes), paid whether or not
 the learner then drafts. In COPY and NONE steps the requests' tokens wait, unscored, for their next
 round.
 

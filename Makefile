@@ -45,17 +45,21 @@ serve-hf: setup
 demo: setup
 	$(BIN)/hedgespec generate --config configs/smollm2.yaml
 
+# PYTEST: faulthandler kept on past pytest's own end, so that a crash at the interpreter's exit (seen
+# once, SIGSEGV after every test had passed) leaves the threads' tracebacks in the log
+PYTEST := PYTHONFAULTHANDLER=1 $(BIN)/pytest -q
+
 test: install
-	$(BIN)/pytest -q
+	$(PYTEST)
 
 # replicas of the real app (tiny models) killed mid-request, and sustained load: about 4 minutes
 test-faults: install
-	$(BIN)/pytest -q -m faults
+	$(PYTEST) -m faults
 
 # the app on the vLLM backend with the real target: one engine start, about 5 minutes
 test-vllm: setup
-	$(BIN)/pytest -q -m vllm
+	$(PYTEST) -m vllm
 
 # real SmolLM2 runs, registry builds, long benchmarks
 test-slow: setup
-	$(BIN)/pytest -q -m slow
+	$(PYTEST) -m slow

@@ -377,3 +377,22 @@ def test_a_copy_reaches_as_far_as_its_tokens_pay_for_the_step_they_lengthen(prop
         assert later["noisy"].count(K) >= len(later["noisy"]) // 3  # wherever its repeat holds for K tokens
     else:
         assert np.mean(later["noisy"]) <= 1.0
+
+
+@pytest.mark.parametrize("mode", [COPY, NONE])
+def test_bench_proposer_counts_the_batched_steps_of_the_mode_it_holds(mode, monkeypatch):
+    """`hedgespec bench proposer --modes`: every batched step is counted in the mode held (no other),
+    and what the steps commit follows the mode: a copy of a periodic text's own repeat commits more
+    than one token a step, a step without drafts exactly one."""
+    from hedgespec.bench.proposer import one_batch_size
+    config = EngineConfig.model_validate({"target": {"model": "tiny:0"}, "k": K,
+                                          "drafters": [{"name": "lookup", "kind": "prompt_lookup", "max_ngram": 3}]})
+    monkeypatch.setenv(PROPOSER_ENV, config.model_dump_json())  # the bench sets it as vLLM's worker reads it
+    texts = [(PERIOD * 3, PERIOD * 20), ([9, 8] + PERIOD * 3, PERIOD * 20)]
+    row = one_batch_size(config, texts, batch=2, max_tokens=48, step_fixed_s=0.03, step_token_s=0.002, mode=mode)
+    others = [m for m in (ALL, COPY, NONE) if m != mode]
+    assert row["steps_by_mode"][mode] > 0 and all(row["steps_by_mode"][m] == 0 for m in others)
+    if mode == NONE:
+        assert row["tokens_per_step_and_request"] == 1.0
+    else:
+        assert row["tokens_per_step_and_request"] > 2.0

@@ -14,13 +14,14 @@ step and per request-step, the tokens committed per step and request (what the s
 bought), and the tokens per second of the simulated steps plus the proposer's own time."""
 import os
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
 
 from hedgespec.config import EngineConfig, SelectorConfig
 from hedgespec.engine import Engine
-from hedgespec.load_gate import LoadGate
+from hedgespec.load_gate import ALL, COPY, MODES, NONE, LoadGate
 from hedgespec.models import loading
 from hedgespec.vllm_engine import PROPOSER_ENV, speculation_args
 
@@ -99,6 +100,7 @@ def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]
     waiting = [texts[i % len(texts)] for i in range(max(len(texts), 2 * batch))]
     prompts, full, history, sampled = {}, {}, {}, {}
     own, steps, request_steps, committed, rounds, started = 0.0, 0, 0, 0, 0, 0
+    by_mode = Counter()  # batched steps per gate mode
     while waiting or runner.input_batch.req_ids:
         while waiting and len(runner.input_batch.req_ids) < batch:
             r, (prompt, path) = f"r{started}", waiting.pop(0)
@@ -115,6 +117,8 @@ def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]
         drafts = proposer.propose([sampled[r] for r in batch_ids], np.array([len(history[r]) for r in batch_ids]),
                                   token_ids)
         own += time.perf_counter() - start
+        if len(batch_ids) > 1:  # the gate decides batched steps only
+            by_mode[proposer.gate.decided[-1]] += 1
         steps += 1
         request_steps += len(batch_ids)
         verified = 0
@@ -131,7 +135,8 @@ def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]
         clock.simulated += step_fixed_s + step_token_s * verified
     return {"batch": batch, "mode": mode or "gate", "mean_batch": request_steps / steps, "steps": steps,
             "proposer_ms_per_step": 1e3 * own / steps, "proposer_ms_per_request_step": 1e3 * own / request_steps,
-            "tokens_per_step_and_request": committed / rounds, "tokens_per_s": committed / (clock.simulated + own)}
+            "tokens_per_step_and_request": committed / rounds, "tokens_per_s": committed / (clock.simulated + own),
+            "steps_by_mode": {m: by_mode[m] for m in MODES}, "gate_tokens_per_s": proposer.gate.snapshot()}
 
 
 def run(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list[int], step_fixed_s: float,
@@ -154,9 +159,10 @@ def main(config: EngineConfig, prompts: list[str], max_tokens: int, batches: lis
           f"{result['target']} ({result['dtype']}) up to {max_tokens} tokens; steps simulated as "
           f"{1e3 * step_fixed_s:.0f} ms + {1e3 * step_token_s:.1f} ms per token")
     print("| batch | gate mode | mean batch | steps | proposer ms per step | per request-step | tokens per step and request "
-          "| tokens/s (simulated steps) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| tokens/s (simulated steps) | batched steps all / copy / none |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in result["rows"]:
         print(f"| {row['batch']} | {row['mode']} | {row['mean_batch']:.1f} | {row['steps']} | {row['proposer_ms_per_step']:.2f} | "
-              f"{row['proposer_ms_per_request_step']:.3f} | {row['tokens_per_step_and_request']:.3f} | {row['tokens_per_s']:.0f} |")
+              f"{row['proposer_ms_per_request_step']:.3f} | {row['tokens_per_step_and_request']:.3f} | {row['tokens_per_s']:.0f} | "
+              f"{' / '.join(str(row['steps_by_mode'][m]) for m in (ALL, COPY, NONE))} |")
     return result

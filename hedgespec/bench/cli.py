@@ -110,6 +110,8 @@ def add_parsers(commands) -> None:
                                                  "over the target's greedy texts: its own ms per step at each batch size")
     proposer.add_argument("--config", default="serve_config.yaml", help="Serve or engine config (default: serve_config.yaml)")
     proposer.add_argument("--batches", default="1,4,8,16", help="comma-separated batch sizes")
+    proposer.add_argument("--requests", type=int, help="requests run at each batch size, the prompts' texts cycling "
+                                                       "(default: the more of the prompts and twice the batch)")
     proposer.add_argument("--step-ms", type=float, default=30.0, help="a simulated step's fixed part")
     proposer.add_argument("--token-ms", type=float, default=2.0, help="a simulated step's part per token it verifies")
     proposer.add_argument("--modes", type=_gate_modes, help="comma-separated load-gate modes (all, copy, none), each played in every "
@@ -204,7 +206,8 @@ def _proposer(args) -> int:
     from hedgespec.bench import proposer
     return _write_json(args.json, proposer.main(
         load_config(args.config), prompts(args.prompts, None, args.mixed, args.seed), args.max_tokens,
-        [int(b) for b in args.batches.split(",")], args.step_ms / 1e3, args.token_ms / 1e3, args.modes or [None]))
+        [int(b) for b in args.batches.split(",")], args.requests, args.step_ms / 1e3, args.token_ms / 1e3,
+        args.modes or [None]))
 
 
 def _forward(args) -> int:

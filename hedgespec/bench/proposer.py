@@ -89,15 +89,15 @@ def greedy_texts(config: EngineConfig, prompts: list[str], max_tokens: int) -> l
 
 
 def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]], batch: int, max_tokens: int,
-                   step_fixed_s: float, step_token_s: float, mode: str | None = None) -> dict:
+                   step_fixed_s: float, step_token_s: float, mode: str | None = None, requests: int | None = None) -> dict:
     """`batch` requests in every step, as under continuous batching: one that ends is replaced by
-    the next text (cycling), until max(len(texts), 2 * batch) have run. `mode`: the load gate's mode
-    played in every batched step (None: the gate decides)."""
+    the next text (cycling), until `requests` have run (None: max(len(texts), 2 * batch)). `mode`: the
+    load gate's mode played in every batched step (None: the gate decides)."""
     clock = StepClock()
     proposer, runner = proposer_for(config, clock), StandInRunner()
     proposer.gate = LoadGate(fixed=mode)
     runner.attach(proposer)
-    waiting = [texts[i % len(texts)] for i in range(max(len(texts), 2 * batch))]
+    waiting = [texts[i % len(texts)] for i in range(requests or max(len(texts), 2 * batch))]
     prompts, full, history, sampled = {}, {}, {}, {}
     own, steps, request_steps, committed, rounds, started = 0.0, 0, 0, 0, 0, 0
     by_mode = Counter()  # batched steps per gate mode
@@ -133,17 +133,17 @@ def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]
             history[r] += sampled[r]
             verified += len(draft) + 1
         clock.simulated += step_fixed_s + step_token_s * verified
-    return {"batch": batch, "mode": mode or "gate", "mean_batch": request_steps / steps, "steps": steps,
+    return {"batch": batch, "mode": mode or "gate", "requests": started, "mean_batch": request_steps / steps, "steps": steps,
             "proposer_ms_per_step": 1e3 * own / steps, "proposer_ms_per_request_step": 1e3 * own / request_steps,
             "tokens_per_step_and_request": committed / rounds, "tokens_per_s": committed / (clock.simulated + own),
             "steps_by_mode": {m: by_mode[m] for m in MODES}, "gate_tokens_per_s": proposer.gate.snapshot()}
 
 
-def run(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list[int], step_fixed_s: float,
-        step_token_s: float, modes: list[str | None]) -> dict:
+def run(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list[int], requests: int | None,
+        step_fixed_s: float, step_token_s: float, modes: list[str | None]) -> dict:
     texts = greedy_texts(config, prompts, max_tokens)
     one_batch_size(config, texts[:1], 1, 16, step_fixed_s, step_token_s)  # warm-up: the compiled lookups load
-    rows = [one_batch_size(config, texts, batch, max_tokens, step_fixed_s, step_token_s, mode)
+    rows = [one_batch_size(config, texts, batch, max_tokens, step_fixed_s, step_token_s, mode, requests)
             for batch in batches for mode in modes]
     return {"target": config.target.model, "dtype": loading.resolve_dtype(config.target.dtype, config.target.device),
             "drafters": [d.name for d in config.drafters], "k": config.k, "selector": config.selector.model_dump(),
@@ -151,9 +151,9 @@ def run(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list
             "step_token_s": step_token_s, "rows": rows}
 
 
-def main(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list[int], step_fixed_s: float,
-         step_token_s: float, modes: list[str | None]) -> dict:
-    result = run(config, prompts, max_tokens, batches, step_fixed_s, step_token_s, modes)
+def main(config: EngineConfig, prompts: list[str], max_tokens: int, batches: list[int], requests: int | None,
+         step_fixed_s: float, step_token_s: float, modes: list[str | None]) -> dict:
+    result = run(config, prompts, max_tokens, batches, requests, step_fixed_s, step_token_s, modes)
     print(f"the vLLM backend's proposer, {len(result['drafters'])} drafters, K={result['k']}, "
           f"{result['selector']['name']} ({result['selector']['loss']}); {len(prompts)} prompts, greedy texts of "
           f"{result['target']} ({result['dtype']}) up to {max_tokens} tokens; steps simulated as "

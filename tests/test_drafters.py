@@ -9,10 +9,10 @@ from hedgespec.bench.replay import replay
 from hedgespec.config import DrafterConfig, EngineConfig, SelectorConfig, TargetConfig
 from hedgespec.drafters import artifact_path
 from hedgespec.drafters.datastore import DatastoreDrafter
-from hedgespec.drafters.store import KNOWN_FROM, Datastore, suffix_array
 from hedgespec.drafters.eagle import EagleDrafter
 from hedgespec.drafters.prompt_lookup import PromptLookupDrafter
 from hedgespec.drafters.feature_head import FeatureHead, HeadSpec, frozen_from_folder, frozen_from_model, load_head, save_head
+from hedgespec.drafters.store import KNOWN_FROM, Datastore, suffix_array
 from hedgespec.engine import Engine
 from hedgespec.interfaces import Verified
 from hedgespec.models import loading

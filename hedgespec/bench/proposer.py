@@ -11,7 +11,9 @@ that the time objective prices its arms as in an engine (defaults: about a compi
 SmolLM2 on 2 cores, batched; `hedgespec bench load` measures the real thing). Per batch size (and
 load-gate mode, where --modes holds every batched step in one): the proposer's own milliseconds per
 step and per request-step, the tokens committed per step and request (what the steps' drafts
-bought), and the tokens per second of the simulated steps plus the proposer's own time."""
+bought), the tokens per second of the simulated steps plus the proposer's own time, and the
+batched steps played in each mode with the gate's own readings (where the gate decides: what its
+exploration costs against the best mode held throughout)."""
 import os
 import time
 from collections import Counter

@@ -1,11 +1,17 @@
-"""A real Prometheus (the Debian package) scrapes the tiny app through Ray's metrics export port.
-After traffic, its HTTP API shows every metric of the registry, agreeing with the responses' own
-statistics; more traffic moves the per-drafter counters by exactly that traffic's statistics; and
-every query of the Grafana dashboard returns data. Run: pytest -m prometheus (about 1.5 minutes)."""
+"""The running tiny app seen from outside, by the tools a user points at it (Debian packages), one
+app for both. A real Prometheus scrapes it through Ray's metrics export port: after traffic, its HTTP
+API shows every metric of the registry, agreeing with the responses' own statistics; more traffic
+moves the per-drafter counters by exactly that traffic's statistics; and every query of the Grafana
+dashboard returns data (pytest -m prometheus, about 1.5 minutes). Then the live page at /dashboard
+in headless Chromium: after a request, the page's own script has fetched and drawn that request's
+id, tokens and MAT, and the selector's weights and acceptance per drafter the server reports
+(pytest -m browser, about 1 minute). The page's test runs last: the Prometheus checks count every
+request since the app started."""
 import json
 import subprocess
 import time
 from collections import Counter
+from html.parser import HTMLParser
 
 import httpx
 import pytest
@@ -15,7 +21,6 @@ from cluster.grafana import dashboard
 from deployments.local import free_port, local_app, serve_args
 from deployments.metrics import METRICS
 
-pytestmark = pytest.mark.prometheus
 CONFIG = "configs/serve-tiny.yaml"
 MODEL = "hedgespec-tiny"
 DRAFTERS = [d["name"] for d in serve_args(CONFIG)["engine"]["drafters"]]
@@ -134,6 +139,7 @@ def traffic(server, prometheus) -> list[dict]:
     return answers
 
 
+@pytest.mark.prometheus
 def test_every_registered_metric_is_scraped(prometheus, traffic):
     def all_present():
         missing = [series for metric in METRICS.values() for series in sorted(metric.series())
@@ -142,6 +148,7 @@ def test_every_registered_metric_is_scraped(prometheus, traffic):
     eventually(all_present)
 
 
+@pytest.mark.prometheus
 def test_metrics_agree_with_the_responses(prometheus, traffic):
     rounds = sum(a["rounds"] for a in traffic)
     won = summed(traffic, "rounds_by_drafter")
@@ -172,6 +179,7 @@ def test_metrics_agree_with_the_responses(prometheus, traffic):
     eventually(agree)
 
 
+@pytest.mark.prometheus
 def test_per_drafter_counters_move_with_traffic(server, prometheus, traffic):
     counters = {"won": "ray_hedgespec_spec_decode_rounds_won_total",
                 "drafted": "ray_hedgespec_spec_decode_num_draft_tokens_total",
@@ -189,6 +197,7 @@ def test_per_drafter_counters_move_with_traffic(server, prometheus, traffic):
     eventually(moved)
 
 
+@pytest.mark.prometheus
 def test_every_dashboard_query_returns_data(prometheus, traffic):
     for panel in dashboard.build()["panels"]:
         for target in panel["targets"]:
@@ -196,3 +205,73 @@ def test_every_dashboard_query_returns_data(prometheus, traffic):
             assert prometheus.query(expr), f"{panel['title']}: {expr} returned nothing"
     [mat] = prometheus.query(dashboard.build()["panels"][0]["targets"][1]["expr"].replace(dashboard.WINDOW, "10m"))
     assert 1 <= float(mat["value"][1]) <= 5  # K = 4: at most 4 accepted + 1 per forward
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--virtual-time-budget=5000"]  # virtual time: the page's fetch and drawing complete first
+
+
+class Rows(HTMLParser):
+    """Per table id: its body rows as {cell class: text}, keyed by the row's data-id; and the status line."""
+
+    def __init__(self, dom: str):
+        super().__init__()
+        self.tables: dict[str, dict[str, dict[str, str]]] = {}
+        self.table = self.row = self.cell = None
+        self.status, self.in_status = "", False
+        self.feed(dom)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self.table = self.tables.setdefault(attrs["id"], {})
+        elif tag == "tr" and "data-id" in attrs:
+            self.row = self.table.setdefault(attrs["data-id"], {})
+        elif tag == "td" and self.row is not None:
+            self.cell = attrs["class"]
+            self.row[self.cell] = ""
+        self.in_status = attrs.get("id") == "status"
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.row = None
+        elif tag == "td":
+            self.cell = None
+        self.in_status = False
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.row[self.cell] += data
+        if self.in_status:
+            self.status += data
+
+
+def render(chromium: str, url: str, profile) -> Rows:
+    done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "<html" in done.stdout, done.stderr[-2000:]
+    return Rows(done.stdout)
+
+
+@pytest.mark.browser
+def test_the_page_shows_a_request_just_made(server, system_binary, tmp_path):
+    chromium = system_binary("chromium")
+    answer = server.post("/v1/completions", json={"model": MODEL, "prompt": "one two three one two three",
+                                                  "max_tokens": 40, "temperature": 0}).json()
+    stats = answer["hedgespec"]
+    page = render(chromium, f"{server.base_url}/dashboard", tmp_path / "profile")
+    assert page.status.startswith("updated"), f"the page's script did not draw: {page.status!r}"
+    row = page.tables["recent"][answer["id"]]
+    assert row["mat"] == f"{stats['mat']:.2f}" and row["tokens"] == str(answer["usage"]["completion_tokens"])
+    assert row["rounds"] == str(stats["rounds"]) and row["accepted"] == f"{stats['accepted']} / {stats['drafted']}"
+    live = server.get("/dashboard/data").json()  # no request ran since: what the page drew
+    weights = live["selector"]["weights"]
+    # the time objective's plain step shows as "none" beside the drafters
+    assert set(weights) == {d["name"] for d in serve_args(CONFIG)["engine"]["drafters"]} | {"none"}
+    assert {name: cells["weight"] for name, cells in page.tables["weights"].items()} == \
+        {name: f"{w:.3f}" for name, w in weights.items()}
+    for name, drafter in live["drafters"].items():
+        cells = page.tables["drafters"][name]
+        assert cells["rounds_won"] == str(drafter["rounds_won"]) and cells["accepted"] == str(drafter["accepted"])
+        assert cells["acceptance"] == ("-" if drafter["acceptance"] is None else f"{drafter['acceptance']:.3f}")

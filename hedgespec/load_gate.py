@@ -16,9 +16,9 @@ drafts what followed the latest earlier occurrence of its text's last n-gram, wh
 vLLM's own n-gram speculation does, but only as far as its own copies' acceptance pays for the
 compute the tokens add to the step), NONE (no request drafts). A round is mostly the proposer's own
 work (0.31 ms per request and step at a batch of 16, scoring every drafter and feeding the learner,
-against a ~26 ms step; 0.02 ms in copy steps: benchmarks/vllm/README.md, bench proposer --modes), paid whether or not
-the learner then drafts. In COPY and NONE steps the requests' tokens wait, unscored, for their next
-round.
+against a ~26 ms step; 0.02 ms in copy steps: benchmarks/vllm/README.md, bench proposer --modes),
+paid whether or not the learner then drafts. In COPY and NONE steps the requests' tokens wait,
+unscored, for their next round.
 
 Per load (the batch in powers of two, vllm_proposer.load_of) the gate keeps the tokens committed
 per second of wall-clock of the steps of each mode (each step charged its vLLM step and the

@@ -14,9 +14,10 @@ from deployments.ordering import Sequencer
 from deployments.routing import RequestAffinityRouter
 from hedgespec.config import DrafterConfig, TargetConfig
 from hedgespec.drafters import build_drafters
+from hedgespec.evaluation import Scores
 from hedgespec.interfaces import Draft, Verified
 from hedgespec.models import loading
-from hedgespec.pool import LocalPool, Scores
+from hedgespec.pool import LocalPool
 from hedgespec.sampling import Sampling
 from hedgespec.transport import compact_draft, expand
 

@@ -15,8 +15,9 @@ import torch
 from ray.serve.handle import DeploymentResponse
 
 from deployments.adapters import RESULT_TIMEOUT_S, RETRY_AFTER_S, Calls, outcome, wait_unless_lost
+from hedgespec.evaluation import Scores
 from hedgespec.interfaces import Verified
-from hedgespec.pool import Scores, drafter_seeds
+from hedgespec.pool import drafter_seeds
 from hedgespec.sampling import Sampling
 
 FIRST_BEGIN_TIMEOUT_S = 30.0  # the first round waits this long for a group to have the prompt (after the prefill)

@@ -52,7 +52,7 @@ class Observation:
 
     A drafter whose q is a point mass at every position (prompt lookup always; any drafter under
     greedy decoding) gives `tokens`, the token it would draft at each position (-1: asleep), and no
-    `probs`: its scores then need no full-vocabulary rows at all (pool.score). Those two may be numpy
+    `probs`: its scores then need no full-vocabulary rows at all (evaluation.score). Those two may be numpy
     arrays, which the drafters scored at every vLLM step for every request use (tiny tensors cost
     more to make than the lookups that fill them)."""
     probs: torch.Tensor | None
@@ -70,6 +70,8 @@ class Target(Protocol):
 
 
 class Drafter(Protocol):
+    """A drafter may also have `observe_many(rounds)`, `observe` for a list of (request_id, Verified),
+    one round per request, in one call (the datastores: one compiled lookup for a vLLM step)."""
     name: str
 
     def begin(self, request_id: str, tokens: list[int], hidden: torch.Tensor, sampling: Sampling, seed: int) -> None: ...

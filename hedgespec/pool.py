@@ -13,7 +13,11 @@ The learner sees the exact awake rows in the scores; only the choice is a round 
 Without the worker (the vLLM backend's proposer, where scoring is part of vLLM's step) every round
 is scored before the next choice, so the flags offered are those after the latest round: whether a
 drafter has a proposal now. A round behind, prompt lookup's flag is often wrong (a new match has
-appeared, an old one has ended), and a learner offered wrong flags picks sleeping drafters.
+appeared, an old one has ended), and a learner offered wrong flags picks sleeping drafters. There the
+rounds handed over are queued and scored together at the first read after them (a flag, a draft, a
+round's scores): the proposer hands over every request's round of a vLLM step before it drafts for
+any, so each drafter observes the whole step in one call (`observe_many`, where it has one: the
+datastores' lookups of a step are one compiled call).
 """
 import threading
 import time
@@ -23,29 +27,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import torch
 
-from hedgespec.evaluation import acceptance
-from hedgespec.interfaces import Draft, Drafter, Observation, Verified
+from hedgespec.evaluation import Scores, observe_many, score, score_wave
+from hedgespec.interfaces import Draft, Drafter, Verified
 from hedgespec.sampling import Sampling
-
-
-@dataclass
-class Scores:
-    """Per committed position (rows) and drafter (columns): acceptance probability gamma, likelihood
-    ratio of the committed token, and whether the drafter was awake there."""
-    gamma: np.ndarray
-    ratio: np.ndarray
-    awake: np.ndarray
-
-    @staticmethod
-    def of_columns(columns: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> "Scores":
-        """From each drafter's (gamma, ratio, awake) columns, in the pool's order."""
-        return Scores(*(np.stack([c[f] for c in columns], axis=1) for f in range(3)))
-
-    @staticmethod
-    def concat(parts: Sequence["Scores"]) -> "Scores":
-        return Scores(*(np.concatenate([getattr(p, f) for p in parts], axis=1) for f in ("gamma", "ratio", "awake")))
 
 
 class DrafterPool(Protocol):
@@ -64,39 +49,23 @@ class DrafterPool(Protocol):
     def release(self, request_id: str) -> None: ...
 
 
-def score(verified: Verified, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One drafter's (gamma, ratio, awake) columns for a round. A point mass at d has gamma = p(d)
-    and ratio = min(1, 1 / p(x)) = 1 where d is the committed token x, else 0 (evaluation.py's
-    formulas with q one-hot). Without the target's distributions (`verified.probs` None: the vLLM
-    backend, which keeps them), gamma is the indicator that d was committed: exact under greedy
-    decoding, and under sampling an unbiased estimate of p(d), since x was drawn from p."""
-    awake = np.asarray(observation.awake)
-    if observation.probs is None:
-        # numpy, not torch: this runs for every drafter and request at every vLLM step
-        drafted = np.asarray(observation.tokens)
-        hit = (drafted == np.asarray(verified.tokens)).astype(np.float32)
-        if verified.probs is None:
-            return hit, hit, awake
-        drafted = torch.as_tensor(np.maximum(drafted, 0))  # asleep positions (-1) are masked by `awake`
-        return verified.probs.gather(-1, drafted[:, None])[:, 0].numpy(), hit, awake
-    gamma, ratio = acceptance(verified.probs, observation.probs, torch.as_tensor(verified.tokens))
-    return gamma.numpy(), ratio.numpy(), awake
-
-
-def score_all(verified: Verified, observations: list[Observation]) -> Scores:
-    """Every drafter's `score` for a round, as Scores. Where every drafter gives point masses and
-    the target's distributions are not at hand (the vLLM backend, every request at every step), the
-    hits of all of them are one comparison."""
-    if verified.probs is None and all(o.probs is None for o in observations):
-        drafted = np.stack([np.asarray(o.tokens) for o in observations], axis=1)
-        hit = (drafted == np.asarray(verified.tokens)[:, None]).astype(np.float32)
-        return Scores(hit, hit, np.stack([np.asarray(o.awake) for o in observations], axis=1))
-    return Scores.of_columns([score(verified, o) for o in observations])
-
-
 def drafter_seeds(seed: int, n: int) -> list[int]:
     """Each drafter's sampling seed for a request; the same wherever the drafter runs."""
     return [seed + 1 + j for j in range(n)]
+
+
+class _OnRead(Future):
+    """A queued round's scores: asking for them scores every round queued by then (LocalPool without
+    its worker)."""
+
+    def __init__(self, score_queued):
+        super().__init__()
+        self.score_queued = score_queued
+
+    def result(self, timeout=None):
+        if not self.done():
+            self.score_queued()
+        return super().result(timeout)
 
 
 def done(value) -> Future:
@@ -140,6 +109,7 @@ class LocalPool:
         self.names = [d.name for d in self.drafters]
         self.worker = ThreadPoolExecutor(1, thread_name_prefix=WORKER) if background else None
         self.requests: dict[str, _Request] = {}
+        self.queued: list[tuple[str, _Round]] = []  # without the worker: rounds handed over, not yet scored
         # seconds of evaluation run by the worker (beside the rounds) and by the loop's own thread
         # (a chosen drafter caught up on the critical path), for the benchmarks' round breakdown
         self.scoring_seconds = {"beside": 0.0, "critical": 0.0}
@@ -157,6 +127,7 @@ class LocalPool:
         self.requests[request_id].ready[:] = [d.ready(request_id) for d in self.drafters]
 
     def awake(self, request_id):
+        self._score_queued()
         request = self.requests[request_id]
         newer = len(request.rounds) - request.since  # rounds handed over since the prompt or the last extend
         if self.worker is None and newer:  # scored as it was handed over: the flags are current
@@ -175,10 +146,11 @@ class LocalPool:
         """The flags right after round `index`, once it is scored (a Ray group sends them with that
         round's scores, so that the caller can offer the same fixed lag as `awake`)."""
         scored = self.requests[request_id].rounds[index]
-        scored.future.result()
+        scored.future.result()  # scores it, if it is still queued
         return scored.ready.copy()
 
     def propose(self, request_id, index, k):
+        self._score_queued()
         start = time.perf_counter()
         self._catch_up(request_id, index)
         request = self.requests[request_id]
@@ -193,6 +165,7 @@ class LocalPool:
         its prompt (the vLLM proposer's steps without rounds, whose scoring cost more than the
         steps). Drafters that read token ids only (prompt lookup, datastores) can. The
         rounds handed over before are scored first; the flags offered next are those after `tokens`."""
+        self._score_queued()
         request = self.requests[request_id]
         for index, drafter in enumerate(self.drafters):
             self._catch_up(request_id, index)
@@ -207,26 +180,38 @@ class LocalPool:
                         remaining=len(self.drafters))
         request.rounds.append(scored)
         if self.worker is None:
-            self._score_now(request_id, scored)
+            scored.future = _OnRead(self._score_queued)
+            self.queued.append((request_id, scored))
         else:
             self.worker.submit(self._score_all, request_id)
         return scored.future
 
-    def _score_now(self, request_id: str, scored: _Round) -> None:
-        """Without the worker every round is scored as it is handed over, by every drafter in turn:
-        nothing runs beside it, so no locks or per-drafter bookkeeping (the vLLM proposer does this
-        for every request of every step)."""
-        request, start = self.requests[request_id], time.perf_counter()
-        try:
-            scores = score_all(scored.verified, [drafter.observe(request_id, scored.verified) for drafter in self.drafters])
-            scored.ready[:] = [drafter.ready(request_id) for drafter in self.drafters]
-        except Exception as error:  # the loop raises it from the round's future
-            scored.future.set_exception(error)
-            return
-        request.done = [len(request.rounds)] * len(self.drafters)
-        scored.complete(scores)
-        with self.counting:
-            self.scoring_seconds["critical"] += time.perf_counter() - start
+    def _score_queued(self) -> None:
+        """Without the worker: every queued round, by every drafter, in waves of one round per
+        request (a drafter observes a request's rounds in order), each drafter observing a wave in
+        one call. Nothing runs beside it, so no locks or per-drafter bookkeeping."""
+        while self.queued:
+            wave, later, seen = [], [], set()
+            for request_id, scored in self.queued:
+                (later if request_id in seen else wave).append((request_id, scored))
+                seen.add(request_id)
+            self.queued = later
+            start = time.perf_counter()
+            rounds = [(request_id, scored.verified) for request_id, scored in wave]
+            try:
+                scores = score_wave([verified for _, verified in rounds],
+                                    [observe_many(drafter, rounds) for drafter in self.drafters])
+                for (request_id, scored), round_scores in zip(wave, scores):
+                    scored.ready[:] = [drafter.ready(request_id) for drafter in self.drafters]
+                    request = self.requests[request_id]
+                    request.done = [observed_rounds + 1 for observed_rounds in request.done]
+                    scored.complete(round_scores)
+            except Exception as error:  # the loop raises it from the rounds' futures
+                for _, scored in wave:
+                    if not scored.future.done():
+                        scored.future.set_exception(error)
+            with self.counting:
+                self.scoring_seconds["critical"] += time.perf_counter() - start
 
     def _score_all(self, request_id: str) -> None:
         """Every round not yet scored, oldest first, each by every drafter: the learner gets the

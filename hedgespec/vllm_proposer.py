@@ -6,7 +6,10 @@ After every step vLLM hands over, for each request of the batch, the tokens that
 decode.Speculation: the committed tokens are a round for it (every drafter observes and is
 scored, the learner and the delayed-feedback queue are fed, the round's cost is recorded), and the
 learner's arm for the next round (a drafter and its k, or no draft) gives the draft returned to
-vLLM. vLLM verifies it in the next step, batched with every other request's.
+vLLM. vLLM verifies it in the next step, batched with every other request's. Every request's round
+is handed over before any drafts, so the pool scores the step's rounds together, each drafter
+observing all of them in one call (pool.LocalPool without its worker: the datastores' lookups of
+a step are one compiled call).
 
 - Drafters: prompt lookup and the datastores (hedgespec.config.VLLM_KINDS), run here: they cost
   well under a millisecond a step, less than any call to another process (ray-notes.md: a Serve
@@ -14,12 +17,14 @@ vLLM. vLLM verifies it in the next step, batched with every other request's.
   continuations) whatever the request's temperature: vLLM accepts a point-mass draft d with
   probability p(d), which is lossless however d was chosen.
 - Scores: vLLM keeps the target's distributions, so a drafter's gamma is the indicator that its
-  token was committed (pool.score): exact under greedy decoding, an unbiased estimate of p(d)
+  token was committed (evaluation.score): exact under greedy decoding, an unbiased estimate of p(d)
   under sampling.
 - Costs: one step serves the whole batch; its time is fitted as a fixed part and a part per token
   (arms.StepCosts, over decode steps), and an arm drafting k is priced, at the current batch size,
   as the fixed part's share and its k + 1 tokens' compute: under load, when many requests share
   the fixed part, the time objective prices long drafts, and speculation itself, as they then cost.
+  A round's own time leaves out its scoring, done for the whole step at once: every round is
+  scored whatever arm it played, so that time would weigh on every arm alike.
 - The load gate (hedgespec.load_gate) decides before the learners how the next step of a batch of
   two or more speculates: every request plays its round (ALL), every request drafts a copy of its
   own text where its last n-gram occurred before, with no round (COPY: vLLM's n-gram rule, for

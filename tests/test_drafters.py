@@ -153,9 +153,17 @@ def test_datastore_lookups_equal_a_brute_force_scan_of_the_documents():
             assert store.most_frequent(context, min_ngram, 8) == min(t for t, c in expected.items() if c == top)
         else:
             assert store.most_frequent(context, min_ngram, 8) is None
-        ends = list(range(1, len(context) + 1))
-        assert store.most_frequent_each(context, ends, min_ngram, 8) == [store.most_frequent(context[:e], min_ngram, 8)
-                                                                         for e in ends]
+
+    def top(context, min_ngram):  # the scan's most frequent continuation, the lowest id among equals; -1: none
+        counts = scan(context, min_ngram, 8)
+        return -1 if counts is None else min(t for t, c in counts.items() if c == max(counts.values()))
+
+    # many texts' positions in one call (a vLLM step's): each lookup sees its own text only
+    for min_ngram in (1, 2):
+        texts = [rng.integers(0, 7, size=rng.integers(1, 12)).tolist() for _ in range(40)]
+        ends = [list(range(1, len(text) + 1)) for text in texts]
+        assert store.most_frequent_each(texts, ends, min_ngram, 8).tolist() == [
+            top(text[:end], min_ngram) for text, text_ends in zip(texts, ends) for end in text_ends]
 
 
 def test_frequent_contexts_keep_the_answer_a_scan_gives():
@@ -177,7 +185,7 @@ def test_frequent_contexts_keep_the_answer_a_scan_gives():
     for context in ([1, 2], [1, 2], [7, 1, 2], [5, 1, 2], [2, 1, 2], [1, 2]):
         assert store.most_frequent(context, 1, 8) == scan(context), context
     assert len(store.known) >= 1  # the frequent context [1, 2] was kept
-    assert store.most_frequent_each([7, 1, 2, 5, 1, 2], [3, 6], 1, 8) == [scan([7, 1, 2]), scan([5, 1, 2])]
+    assert store.most_frequent_each([[7, 1, 2, 5, 1, 2]], [[3, 6]], 1, 8).tolist() == [scan([7, 1, 2]), scan([5, 1, 2])]
 
 
 def test_datastore_drafter_proposes_the_continuation_and_sleeps_on_unseen_text():
@@ -297,6 +305,40 @@ def test_tokens_taken_in_without_scoring_move_the_drafters_and_their_flags(backg
     assert scores.gamma.tolist() == [[1.0, 0.0], [0.0, 0.0]]
     assert scores.awake.tolist() == [[True, True], [True, False]]
     pool.release("r")
+
+
+def test_rounds_of_many_requests_scored_together_equal_each_position_looked_up_afresh():
+    """Without the worker (the vLLM proposer) the rounds handed over are queued and scored together at
+    the first read, each drafter observing one round per request in one call; a request's second
+    round, queued behind its first, is scored after it. Reference: at each committed position a
+    datastore drafter begun afresh on the text before it, its flag and its one-token proposal."""
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(0, 5, size=30).tolist() for _ in range(6)]
+    make = lambda: [DatastoreDrafter("long", Datastore.build(docs), vocab=8, max_ngram=8, min_ngram=3),  # noqa: E731
+                    DatastoreDrafter("short", Datastore.build(docs[:3]), vocab=8, max_ngram=2, min_ngram=1)]
+    pool = LocalPool(make(), background=False)
+    prompts = {r: rng.integers(0, 6, size=rng.integers(1, 9)).tolist() for r in "abcd"}  # 5 occurs in no document
+    rounds = {r: [rng.integers(0, 6, size=rng.integers(1, 6)).tolist() for _ in range(1 + (r in "ac"))] for r in "abcd"}
+    for r, prompt in prompts.items():
+        pool.begin(r, prompt, None, Sampling(), 0)
+    pool.extend("d", [0, 1])  # taken in unscored: its drafters' next lookups are not known yet
+    prompts["d"] += [0, 1]
+    futures = {r: [pool.evaluate(r, Verified(t, len(t) - 1, 0, None, torch.zeros(len(t), 1))) for t in ts]
+               for r, ts in rounds.items()}
+    assert len(pool.queued) == 6  # nothing scored before the first read
+    for r in "abcd":
+        text = list(prompts[r])
+        for tokens, future in zip(rounds[r], futures[r]):
+            scores = future.result()
+            for i, token in enumerate(tokens):
+                for j, fresh in enumerate(make()):
+                    fresh.begin("x", text, None, Sampling(), 0)
+                    proposal = fresh.propose("x", 1).tokens
+                    assert scores.awake[i, j] == bool(proposal) and scores.gamma[i, j] == (proposal == [token]), (r, i, j)
+                text.append(token)
+    for r in "abcd":
+        pool.release(r)
+    assert pool.active == 0
 
 
 class ScriptedTarget:

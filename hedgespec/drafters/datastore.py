@@ -91,18 +91,33 @@ class DatastoreDrafter:
         return Draft(tokens, torch.stack(rows) if rows else None)
 
     def observe(self, request_id: str, verified: Verified) -> Observation:
-        history = self.requests[request_id]
-        if history.sampling.greedy:  # point masses: the most frequent continuation, no rows
-            first = self._current_next(history)  # before the first committed token (what `ready` looked up)
-            history.tokens.extend(verified.tokens)
+        return self.observe_many([(request_id, verified)])[0]
+
+    def observe_many(self, rounds: Sequence[tuple[str, Verified]]) -> list[Observation]:
+        """`observe` for a round of each of several requests: the greedy ones' lookups in one
+        compiled call (LocalPool scores a vLLM step's rounds together)."""
+        greedy = [(request_id, verified) for request_id, verified in rounds if self.requests[request_id].sampling.greedy]
+        texts, ends = [], []
+        for request_id, verified in greedy:
+            history = self.requests[request_id]
+            history.tokens += verified.tokens
             m = len(verified.tokens)
-            text = history.tokens[-(self.max_ngram + m):]
-            # after each committed token: the proposals before the next ones, and the next round's first
-            after = self.store.most_frequent_each(text, range(len(text) - m + 1, len(text) + 1), self.min_ngram,
-                                                  self.max_ngram)
-            history.next, history.known = after[-1], True
-            tokens = np.array([-1 if t is None else t for t in [first] + after[:-1]])
-            return Observation(None, tokens >= 0, tokens)
+            texts.append(history.tokens[-(self.max_ngram + m):])
+            # q before each committed token (the first one again: it is what `ready` looked up, or
+            # would have), and after the last, the next round's first
+            ends.append(range(len(texts[-1]) - m, len(texts[-1]) + 1))
+        found = self.store.most_frequent_each(texts, ends, self.min_ngram, self.max_ngram) if greedy else None
+        observations, at = {}, 0
+        for (request_id, _), looked_up in zip(greedy, ends):
+            history = self.requests[request_id]
+            tokens, at = found[at:at + len(looked_up)], at + len(looked_up)
+            history.next, history.known = (int(tokens[-1]) if tokens[-1] >= 0 else None), True
+            observations[request_id] = Observation(None, tokens[:-1] >= 0, tokens[:-1])
+        return [observations.get(request_id) or self._observe_sampled(request_id, verified)
+                for request_id, verified in rounds]
+
+    def _observe_sampled(self, request_id: str, verified: Verified) -> Observation:
+        history = self.requests[request_id]
         probs = torch.zeros(len(verified.tokens), self.vocab)
         awake = torch.zeros(len(verified.tokens), dtype=torch.bool)
         for i, token in enumerate(verified.tokens):

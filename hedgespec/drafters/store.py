@@ -4,7 +4,7 @@ context token only narrows the range found for the shorter match (two binary sea
 n-gram table). The token that follows an occurrence in the original order sits just before it in the
 reversed stream. The searches and the counting are compiled (numba, as vLLM compiles its own n-gram
 lookup): every datastore drafter is scored at every committed position of every request in vLLM's
-step, and in Python a lookup cost ~35 us."""
+step, and in Python a lookup cost ~35 us; the positions of a whole step go in one call."""
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -124,12 +124,13 @@ def _most_frequent(stream: np.ndarray, order: np.ndarray, context: np.ndarray, m
 
 
 @njit(cache=True)
-def _most_frequent_each(stream: np.ndarray, order: np.ndarray, text: np.ndarray, ends: np.ndarray,
+def _most_frequent_each(stream: np.ndarray, order: np.ndarray, text: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                         min_ngram: int, max_ngram: int, known) -> np.ndarray:
-    """_most_frequent after text[:end] (its last max_ngram tokens) for each end: a round's lookups in one call."""
+    """_most_frequent after text[start:end] (its last max_ngram tokens) for each (start, end): many
+    lookups, of many texts laid end to end, in one call."""
     out = np.empty(len(ends), np.int64)
     for i in range(len(ends)):
-        out[i] = _most_frequent(stream, order, text[max(0, ends[i] - max_ngram):ends[i]], min_ngram, known)
+        out[i] = _most_frequent(stream, order, text[max(starts[i], ends[i] - max_ngram):ends[i]], min_ngram, known)
     return out
 
 
@@ -182,12 +183,20 @@ class Datastore:
         token = _most_frequent(self.stream, self.order, self._context(context, max_ngram), min_ngram, self.known)
         return None if token < 0 else int(token)
 
-    def most_frequent_each(self, text: Sequence[int], ends: Sequence[int], min_ngram: int, max_ngram: int) -> list[int | None]:
-        """`most_frequent` after text[:end] for each end, in one compiled call."""
+    def most_frequent_each(self, texts: Sequence[Sequence[int]], ends: Sequence[Sequence[int]], min_ngram: int,
+                           max_ngram: int) -> np.ndarray:
+        """`most_frequent` after texts[t][:e] for each e in ends[t], of every text, in one compiled call
+        (the vLLM proposer looks up every position that a step committed to any request at once):
+        the answers in that order, -1 where there is none."""
         assert max_ngram <= self.depth, f"the store is sorted on {self.depth} tokens, not {max_ngram}"
-        found = _most_frequent_each(self.stream, self.order, np.asarray(text, dtype=self.stream.dtype),
-                                    np.asarray(ends, dtype=np.int64), min_ngram, max_ngram, self.known)
-        return [None if token < 0 else int(token) for token in found]
+        flat, starts, flat_ends = [], [], []
+        for text, text_ends in zip(texts, ends):
+            starts += [len(flat)] * len(text_ends)
+            flat_ends += [len(flat) + end for end in text_ends]
+            flat += text
+        return _most_frequent_each(self.stream, self.order, np.array(flat, dtype=self.stream.dtype),
+                                   np.array(starts, dtype=np.int64), np.array(flat_ends, dtype=np.int64),
+                                   min_ngram, max_ngram, self.known)
 
     def _context(self, context: Sequence[int], max_ngram: int) -> np.ndarray:
         assert max_ngram <= self.depth, f"the store is sorted on {self.depth} tokens, not {max_ngram}"

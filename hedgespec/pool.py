@@ -130,7 +130,7 @@ class LocalPool:
         self._score_queued()
         request = self.requests[request_id]
         newer = len(request.rounds) - request.since  # rounds handed over since the prompt or the last extend
-        if self.worker is None and newer:  # scored as it was handed over: the flags are current
+        if self.worker is None and newer:  # scored by now (just above): the flags are current
             return request.rounds[-1].ready.copy()
         if newer < 2:
             return request.ready.copy()

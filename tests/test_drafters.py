@@ -321,7 +321,7 @@ def test_rounds_of_many_requests_scored_together_equal_each_position_looked_up_a
     rounds = {r: [rng.integers(0, 6, size=rng.integers(1, 6)).tolist() for _ in range(1 + (r in "ac"))] for r in "abcd"}
     for r, prompt in prompts.items():
         pool.begin(r, prompt, None, Sampling(), 0)
-    pool.extend("d", [0, 1])  # taken in unscored: its drafters' next lookups are not known yet
+    pool.extend("d", [0, 1])  # taken in unscored (the gate's held-back tokens): its round starts after them
     prompts["d"] += [0, 1]
     futures = {r: [pool.evaluate(r, Verified(t, len(t) - 1, 0, None, torch.zeros(len(t), 1))) for t in ts]
                for r, ts in rounds.items()}

@@ -119,7 +119,7 @@ def one_batch_size(config: EngineConfig, texts: list[tuple[list[int], list[int]]
         drafts = proposer.propose([sampled[r] for r in batch_ids], np.array([len(history[r]) for r in batch_ids]),
                                   token_ids)
         own += time.perf_counter() - start
-        if len(batch_ids) > 1:  # the gate decides batched steps only
+        if proposer.drafting_s is not None:  # the gate decided this step (it decides batched steps only)
             by_mode[proposer.gate.decided[-1]] += 1
         steps += 1
         request_steps += len(batch_ids)

@@ -236,21 +236,20 @@ def test_bench_engines_runs_every_kind_in_turn_and_counts_every_request(monkeypa
     assert result["dtype"] in ("bfloat16", "float32")  # what `dtype: auto` ran as, stated with the figures
 
 
-def test_bench_engines_runs_hedgespec_off_on_hedgespecs_engine_without_drafts(monkeypatch):
-    """`hedgespec-off` builds no engine of its own: its requests go to HedgeSpec's engine asking for
-    no speculation (speculate false in the request's extra args), HedgeSpec's own ask for it, and a
-    kind that is not one is refused before any engine starts."""
+def _engines_of_stand_ins(monkeypatch):
+    """bench engines with stand-in engines that record what they were built as, (speculation, K), and
+    what each request asked of them, (speculation, K, whether it speculates)."""
     from hedgespec.bench import engines
     from hedgespec.models import loading
     built, asked = [], []
 
     class StandIn:
         def __init__(self, config):
-            self.kind = config.target.vllm.speculation
-            built.append(self.kind)
+            self.engine = (config.target.vllm.speculation, config.k)
+            built.append(self.engine)
 
         async def generate(self, request_id, tokens, params):
-            asked.append((self.kind, params))
+            asked.append((*self.engine, params))
             yield SimpleNamespace(tokens=[1])
 
         async def costs(self):
@@ -263,14 +262,41 @@ def test_bench_engines_runs_hedgespec_off_on_hedgespecs_engine_without_drafts(mo
     monkeypatch.setattr(engines, "VLLMEngine", StandIn)
     monkeypatch.setattr(engines, "sampling_params", lambda max_tokens, sampling, seed, extra: extra["hedgespec"]["speculate"])
     monkeypatch.setattr(engines.loading, "load_tokenizer", lambda model: tiny)
+    return engines, built, asked
+
+
+def test_bench_engines_runs_hedgespec_off_on_hedgespecs_engine_without_drafts(monkeypatch):
+    """`hedgespec-off` builds no engine of its own: its requests go to HedgeSpec's engine asking for
+    no speculation (speculate false in the request's extra args), HedgeSpec's own ask for it, and a
+    kind that is not one is refused before any engine starts."""
+    engines, built, asked = _engines_of_stand_ins(monkeypatch)
     config = load_config("serve_config.yaml")
     with pytest.raises(ValueError, match="unknown kinds"):
         engines.run(config, ["a b"], ["none", "hedgespec-of"], [1], 1, 4, repeats=1)
     assert built == []
     result = engines.run(config, ["a b"], ["none", "hedgespec", "hedgespec-off"], [1], 1, 4, repeats=1)
-    assert built == ["none", "hedgespec"]
-    assert sorted(set(asked)) == [("hedgespec", False), ("hedgespec", True), ("none", True)]
+    assert built == [("none", config.k), ("hedgespec", config.k)]
+    k = config.k
+    assert sorted(set(asked)) == [("hedgespec", k, False), ("hedgespec", k, True), ("none", k, True)]
     assert set(result["tokens_per_s"]) == {"none", "hedgespec", "hedgespec-off"}
+
+
+def test_bench_engines_kinds_that_name_a_k_run_on_their_own_engines_with_it(monkeypatch):
+    """`kind@k=N` builds an engine whose config drafts at most N (`k`, what the proposer and vLLM's
+    n-gram read); `hedgespec-off@k=8` shares `hedgespec@k=8`'s; a setting other than k=N, or a K
+    the config refuses, is refused before any engine starts."""
+    engines, built, asked = _engines_of_stand_ins(monkeypatch)
+    config = load_config("serve_config.yaml")
+    for kinds, error in ((["none", "hedgespec@n=8"], "only k=N"), (["none", "hedgespec@k=x"], "only k=N"),
+                         (["none", "hedgespec@k=99"], "less than or equal to 16")):
+        with pytest.raises(ValueError, match=error):
+            engines.run(config, ["a b"], kinds, [1], 1, 4, repeats=1)
+    assert built == []
+    result = engines.run(config, ["a b"], ["none", "hedgespec", "hedgespec@k=8", "hedgespec-off@k=8", "ngram@k=3"],
+                         [1], 1, 4, repeats=1)
+    assert built == [("none", config.k), ("hedgespec", config.k), ("hedgespec", 8), ("ngram", 3)]
+    assert ("hedgespec", 8, False) in asked and ("hedgespec", config.k, False) not in asked  # the no-draft kind's engine
+    assert set(result["tokens_per_s"]) == {"none", "hedgespec", "hedgespec@k=8", "hedgespec-off@k=8", "ngram@k=3"}
 
 
 def test_bench_proposer_holds_the_modes_it_is_given_and_refuses_an_unknown_one(monkeypatch, capsys):

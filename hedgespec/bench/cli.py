@@ -47,7 +47,8 @@ def add_parsers(commands) -> None:
                                                "per kind at N concurrent requests, to split bench load's gaps")
     engines.add_argument("--config", default="serve_config.yaml", help="Serve or engine config (default: serve_config.yaml)")
     engines.add_argument("--kinds", default="none,hedgespec", help="comma-separated, the baseline first: none, ngram, "
-                                                                   "hedgespec, hedgespec-off (its engine, no drafts)")
+                                                                   "hedgespec, hedgespec-off (its engine, no drafts); "
+                                                                   "each may name its engine's K, e.g. hedgespec@k=8")
     engines.add_argument("--clients", default="8,16", help="comma-separated client counts")
     engines.add_argument("--requests", type=int, default=3, help="greedy requests per client at each count")
     engines.add_argument("--repeats", type=int, default=3, help="runs of every count, all kinds in each")

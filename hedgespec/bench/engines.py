@@ -11,6 +11,10 @@ tokens/s is the median over repeats, its ratio to the first kind the median of t
 Kind `hedgespec-off` is HedgeSpec's engine (the same one, where `hedgespec` runs too) with every
 request asking for no speculation: vLLM's spec-decode path and the proposer's call with no draft in
 any step, so that against `none` it shows what running in spec mode costs by itself.
+
+A kind may name the engine's K after it, `hedgespec@k=8` (the config's `k` otherwise): the most
+tokens a step drafts, for HedgeSpec's learner and for vLLM's n-gram alike, so that one run compares
+reaches (each K its own engine).
 """
 import asyncio
 import statistics
@@ -36,8 +40,21 @@ def with_speculation(config: EngineConfig, kind: str, **vllm_settings) -> Engine
 
 
 def engine_kind(kind: str) -> str:
-    """The engine's speculation that a kind runs on."""
-    return "hedgespec" if kind == NO_DRAFTS else kind
+    """The engine a kind runs on: its speculation and its K setting, if any (`hedgespec-off@k=8`
+    runs on `hedgespec@k=8`'s engine)."""
+    name, at, setting = kind.partition("@")
+    return ("hedgespec" if name == NO_DRAFTS else name) + at + setting
+
+
+def engine_config(config: EngineConfig, engine: str) -> EngineConfig:
+    """The config of an engine_kind: its speculation, and its K where it names one."""
+    name, _, setting = engine.partition("@")
+    if setting:
+        key, _, value = setting.partition("=")
+        if key != "k" or not value.isdigit():
+            raise ValueError(f"kind {engine!r}: after '@' only k=N (the engine's K) is understood")
+        config = EngineConfig.model_validate(config.model_dump() | {"k": int(value)})
+    return with_speculation(config, name)
 
 
 async def _tokens(engine: VLLMEngine, prompt: list[int], max_tokens: int, speculate: bool) -> int:
@@ -66,15 +83,15 @@ def run(config: EngineConfig, prompts: list[str], kinds: list[str], levels: list
         raise ValueError("bench engines compares vLLM engines: the config's target.backend must be vllm")
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, not {repeats}")
-    if unknown := [kind for kind in kinds if kind not in KINDS]:
-        raise ValueError(f"unknown kinds {unknown}; expected some of {', '.join(KINDS)}")
+    names = {kind: kind.partition("@")[0] for kind in kinds}
+    if unknown := [kind for kind, name in names.items() if name not in KINDS]:
+        raise ValueError(f"unknown kinds {unknown}; expected some of {', '.join(KINDS)}, each with @k=N or not")
+    # every kind's settings checked before any engine starts
+    configs = {engine_kind(kind): engine_config(config, engine_kind(kind)) for kind in kinds}
     tokenizer = loading.load_tokenizer(config.target.model)
     encoded = [encode_prompt(tokenizer, prompt, True) for prompt in prompts]
-    engines = {}
-    for kind in kinds:
-        if engine_kind(kind) not in engines:
-            engines[engine_kind(kind)] = VLLMEngine(with_speculation(config, engine_kind(kind)))
-    runs = {kind: (engines[engine_kind(kind)], kind != NO_DRAFTS) for kind in kinds}
+    engines = {engine: VLLMEngine(settings) for engine, settings in configs.items()}
+    runs = {kind: (engines[engine_kind(kind)], names[kind] != NO_DRAFTS) for kind in kinds}
     rates = {kind: {n: [] for n in levels} for kind in kinds}
 
     async def measure() -> dict:
@@ -107,7 +124,8 @@ def main(config: EngineConfig, prompts: list[str], kinds: list[str], levels: lis
     result = run(config, prompts, kinds, levels, per_client, max_tokens, repeats)
     target = result["target"]
     print(f"{target['model']} in vLLM engines in one process ({result['dtype']}), "
-          f"K={config.k}, greedy, <= {max_tokens} tokens, {len(prompts)} prompts, {per_client} requests per client, "
+          f"K={config.k} where a kind names none, greedy, <= {max_tokens} tokens, {len(prompts)} prompts, "
+          f"{per_client} requests per client, "
           f"{repeats} repeat(s) per level, kinds taking turns (tokens/s: the median; vs {kinds[0]}: the median of the "
           f"repeats' ratios)")
     print(f"| speculation | clients | tokens/s | per repeat | vs {kinds[0]} |")

@@ -87,7 +87,7 @@ def run(config: EngineConfig, prompts: list[str], kinds: list[str], levels: list
     if unknown := [kind for kind, name in names.items() if name not in KINDS]:
         raise ValueError(f"unknown kinds {unknown}; expected some of {', '.join(KINDS)}, each with @k=N or not")
     # every kind's settings checked before any engine starts
-    configs = {engine_kind(kind): engine_config(config, engine_kind(kind)) for kind in kinds}
+    configs = {engine: engine_config(config, engine) for engine in map(engine_kind, kinds)}
     tokenizer = loading.load_tokenizer(config.target.model)
     encoded = [encode_prompt(tokenizer, prompt, True) for prompt in prompts]
     engines = {engine: VLLMEngine(settings) for engine, settings in configs.items()}
